@@ -1,0 +1,124 @@
+"""The k3gen command: build, check, list, validate, schema.
+
+Flow: load (k3gen.load) → resolve (k3gen.plan) → render (k3gen.render) → write (k3gen.write).
+Exit codes: 0 ok, 1 generated/ is stale (check), 2 spec errors.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .errors import SpecErrors
+
+
+def find_root(start: Path) -> Path:
+    for d in (start, *start.parents):
+        if (d / "specs").is_dir() and (d / "templates").is_dir():
+            return d
+    raise SystemExit(f"k3gen: no specs/ and templates/ found in {start} or above; run from the project, "
+                     "or pass --root")
+
+
+def _plans(root: Path):
+    from .load import load_specs
+    from .plan import resolve_all
+
+    return resolve_all(load_specs(root), root)
+
+
+def _render(root: Path):
+    from .render import render_all
+
+    plans = _plans(root)
+    return plans, render_all(plans, root)
+
+
+def cmd_build(root: Path, args) -> int:
+    from .write import write_files
+
+    start = time.perf_counter()
+    plans, files = _render(root)
+    changes = write_files(files, root / "generated")
+    for f in changes.written:
+        print(f"  wrote   generated/{f}")
+    for f in changes.removed:
+        print(f"  removed generated/{f}")
+    n_spec = sum(len(p.specializations) for p in plans)
+    print(f"k3gen build: {len(plans)} families, {n_spec} specializations, {len(files) + 1} files; "
+          f"{len(changes.written)} written, {len(changes.removed)} removed "
+          f"({time.perf_counter() - start:.2f}s)")
+    return 0
+
+
+def cmd_check(root: Path, args) -> int:
+    from .write import drift
+
+    _, files = _render(root)
+    diff = drift(files, root / "generated")
+    if diff:
+        sys.stdout.write(diff)
+        print("\nk3gen check: generated/ does not match specs/ and templates/ (stale or edited by hand).\n"
+              "Fix: run `k3gen build` and commit generated/.", file=sys.stderr)
+        return 1
+    print("k3gen check: generated/ is up to date")
+    return 0
+
+
+def cmd_list(root: Path, args) -> int:
+    plans = _plans(root)
+    rows = [(sp.identity, sp.backend, sp.variant.label, sp.cache_key[:16])
+            for p in plans for sp in p.specializations if not args.family or p.name == args.family]
+    widths = [max(len(r[i]) for r in rows + [("identity", "backend", "params", "cache key")]) for i in range(4)]
+    for r in [("identity", "backend", "params", "cache key"), *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print(f"{len(rows)} specializations")
+    return 0
+
+
+def cmd_validate(root: Path, args) -> int:
+    plans = _plans(root)
+    print(f"k3gen validate: {len(plans)} specs ok")
+    return 0
+
+
+def cmd_schema(root: Path | None, args) -> int:
+    from .model import KernelSpec
+
+    print(json.dumps(KernelSpec.model_json_schema(by_alias=True), indent=2, sort_keys=True))
+    return 0
+
+
+COMMANDS = {
+    "build": (cmd_build, "render specs/ into generated/ (writes only changed files)"),
+    "check": (cmd_check, "exit 1 with a diff when generated/ is stale or edited by hand"),
+    "list": (cmd_list, "the specialization table: identity, backend, params, cache key"),
+    "validate": (cmd_validate, "load and check the specs; print every error"),
+    "schema": (cmd_schema, "print the JSON Schema of a spec file (for editors)"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="k3gen", description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, help="project root (default: the folder holding specs/)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (_, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        if name == "list":
+            p.add_argument("--family", help="only this family")
+    args = parser.parse_args(argv)
+    fn = COMMANDS[args.command][0]
+    if args.command == "schema":
+        return fn(None, args)
+    root = args.root.resolve() if args.root else find_root(Path.cwd())
+    try:
+        return fn(root, args)
+    except SpecErrors as exc:
+        print(exc.render(), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

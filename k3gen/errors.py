@@ -1,0 +1,44 @@
+"""Errors a spec author or a caller sees. Spec errors are collected as values and reported together."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, order=True)
+class SpecError:
+    """One problem in one spec, located at `file:line` and a dotted field path."""
+
+    file: str  # path as given on the command line, relative to the project: specs/x.yaml
+    line: int
+    kernel: str  # "" when the kernel name itself could not be read
+    field: str  # dotted path inside the spec, e.g. dtypes.axes.score.1
+    message: str  # what is wrong and what to write instead
+
+    def __str__(self) -> str:
+        where = f'kernel "{self.kernel}", {self.field}' if self.kernel else self.field
+        return f"{self.file}:{self.line} ({where}): {self.message}"
+
+
+class SpecErrors(Exception):
+    """Raised once per run with every SpecError found, sorted by file and line."""
+
+    def __init__(self, errors: list[SpecError]):
+        self.errors = sorted(set(errors))
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        n = len(self.errors)
+        head = f"{n} spec error{'s' if n != 1 else ''}:"
+        return "\n".join([head, *(f"  {e}" for e in self.errors)])
+
+
+class FieldError(ValueError):
+    """Raised inside pydantic validators to point below the field being validated.
+
+    pydantic keeps the exception in the error's ctx, so the loader can extend the location
+    with `subpath` and the line map can point at the exact YAML node.
+    """
+
+    def __init__(self, message: str, subpath: tuple = ()):
+        super().__init__(message)
+        self.subpath = tuple(subpath)

@@ -1,0 +1,353 @@
+"""What a spec file says: pydantic models of one kernel family, checked field by field.
+
+Rules about one field live in field validators; rules that tie fields of one spec together live in
+model validators; rules across spec files live in k3gen.load. Validators raise FieldError so the
+error can point at the exact YAML line below the field.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import keyword
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .dtypes import DTYPES
+from .errors import FieldError
+from .exprs import ExprError, Scope, parse_expr
+
+CUDA_ARCHS = ("sm_90a", "sm_100a")
+HIP_ARCHS = ("gfx942", "gfx950")
+IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
+SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _suggest(value: str, known) -> str:
+    close = difflib.get_close_matches(str(value), [str(k) for k in known], n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _check_dtype(value: str) -> str:
+    if value not in DTYPES:
+        raise FieldError(f"'{value}' is not a dtype{_suggest(value, DTYPES)}; known: {', '.join(DTYPES)}")
+    return value
+
+
+def _check_ident(value: str) -> str:
+    if not IDENT.match(value):
+        raise FieldError(f"'{value}' is not a valid name; use lower_snake_case: letters, digits, _")
+    return value
+
+
+def _check_symbol(value: str) -> str:
+    if not SYMBOL.match(value) or keyword.iskeyword(value):
+        raise FieldError(f"'{value}' is not a valid symbol; use letters, digits and _, e.g. M or num_tokens")
+    return value
+
+
+def _check_python_expr(value: str) -> str:
+    try:
+        ast.parse(str(value), mode="eval")
+    except SyntaxError as exc:
+        raise FieldError(f"'{value}' is not a Python expression: {exc.msg}") from None
+    return str(value)
+
+
+DtypeName = Annotated[str, AfterValidator(_check_dtype)]
+Ident = Annotated[str, AfterValidator(_check_ident)]
+Symbol = Annotated[str, AfterValidator(_check_symbol)]
+PyExpr = Annotated[Union[str, int], AfterValidator(_check_python_expr)]
+
+
+class SpecModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+def _unique(values: list, what: str) -> list:
+    seen: dict = {}
+    for i, v in enumerate(values):
+        if v in seen:
+            raise FieldError(f"{what} '{v}' is listed twice (items {seen[v]} and {i}); list it once", (i,))
+        seen[v] = i
+    return values
+
+
+class Targets(SpecModel):
+    """Where the family is built. Every arch listed gets every specialization."""
+
+    cuda: list[str] = Field(default_factory=list, description="CUDA archs, e.g. sm_90a")
+    hip: list[str] = Field(default_factory=list, description="HIP archs, e.g. gfx942")
+
+    @field_validator("cuda", "hip")
+    @classmethod
+    def _known_arch(cls, archs: list[str], info) -> list[str]:
+        known = CUDA_ARCHS if info.field_name == "cuda" else HIP_ARCHS
+        for i, a in enumerate(archs):
+            if a not in known:
+                raise FieldError(f"'{a}' is not a {info.field_name} arch{_suggest(a, known)}; known: {', '.join(known)}", (i,))
+        return _unique(archs, "arch")
+
+    @model_validator(mode="after")
+    def _not_empty(self):
+        if not self.cuda and not self.hip:
+            raise FieldError("no targets; list at least one arch, e.g. `cuda: [sm_90a]`")
+        return self
+
+
+class DerivedDefault(SpecModel):
+    """An axis value derived from another axis when the caller does not fix it (fp32 in → bf16 out)."""
+
+    from_: str = Field(alias="from", description="the axis the default is read from")
+    map: dict[str, DtypeName] = Field(description="value of `from` axis → default value of this axis")
+
+
+class DtypeMatrix(SpecModel):
+    """The product of the named axes, minus exclusions. Every cell is generated or excluded with a reason."""
+
+    axes: dict[Ident, list[DtypeName]] = Field(description="axis name → dtypes, in dispatch order")
+    exclude: list[dict[str, str]] = Field(default_factory=list,
+                                          description="cells left out: one value per axis, plus `reason`")
+    defaults: dict[str, DerivedDefault] = Field(default_factory=dict,
+                                                description="axis → how its value is derived when not given")
+
+    @field_validator("axes")
+    @classmethod
+    def _axes(cls, axes):
+        if not axes:
+            raise FieldError("the matrix has no axes; declare at least one, e.g. `in: [bf16]`")
+        for name, values in axes.items():
+            if not values:
+                raise FieldError(f"axis '{name}' is empty; list at least one dtype", (name,))
+            try:
+                _unique(values, "dtype")
+            except FieldError as e:
+                raise FieldError(str(e), (name, *e.subpath)) from None
+        return axes
+
+    @model_validator(mode="after")
+    def _cells(self):
+        axes = self.axes
+        for i, cell in enumerate(self.exclude):
+            if "reason" not in cell or not str(cell["reason"]).strip():
+                raise FieldError("exclusion has no reason; add `reason: \"why this cell is not generated\"`", ("exclude", i))
+            for axis in axes:
+                if axis not in cell:
+                    raise FieldError(f"exclusion does not name axis '{axis}'; give one value per axis "
+                                     f"({', '.join(axes)}) and a reason", ("exclude", i))
+            for key, value in cell.items():
+                if key == "reason":
+                    continue
+                if key not in axes:
+                    raise FieldError(f"'{key}' is not an axis{_suggest(key, axes)}; axes: {', '.join(axes)}",
+                                     ("exclude", i, key))
+                if value not in axes[key]:
+                    raise FieldError(f"exclusion names a missing cell: '{value}' is not on axis '{key}' "
+                                     f"({', '.join(axes[key])})", ("exclude", i, key))
+        cells = [tuple(c[a] for a in axes) for c in self.exclude]
+        for i, c in enumerate(cells):
+            if c in cells[:i]:
+                raise FieldError(f"cell {dict(zip(axes, c))} is excluded twice; keep one", ("exclude", i))
+        total = 1
+        for values in axes.values():
+            total *= len(values)
+        if len(set(cells)) >= total:
+            raise FieldError("every cell of the matrix is excluded; the family would generate nothing", ("exclude",))
+        for axis, d in self.defaults.items():
+            if axis not in axes:
+                raise FieldError(f"'{axis}' is not an axis{_suggest(axis, axes)}; axes: {', '.join(axes)}", ("defaults", axis))
+            if d.from_ not in axes or d.from_ == axis:
+                raise FieldError(f"'from: {d.from_}' must name another axis: {', '.join(a for a in axes if a != axis)}",
+                                 ("defaults", axis, "from"))
+            for src, dst in d.map.items():
+                if src not in axes[d.from_]:
+                    raise FieldError(f"'{src}' is not on axis '{d.from_}' ({', '.join(axes[d.from_])})",
+                                     ("defaults", axis, "map", src))
+                cell = {d.from_: src, axis: dst}
+                if not any(all(_cell_of(axes, c).get(k) == v for k, v in cell.items()) for c in self.generated_cells()):
+                    raise FieldError(f"default {d.from_}={src} → {axis}={dst} points at no generated cell",
+                                     ("defaults", axis, "map", src))
+        return self
+
+    def generated_cells(self) -> list[tuple[str, ...]]:
+        import itertools
+        excluded = {tuple(c[a] for a in self.axes) for c in self.exclude}
+        return [c for c in itertools.product(*self.axes.values()) if c not in excluded]
+
+
+def _cell_of(axes, cell: tuple) -> dict:
+    return dict(zip(axes, cell))
+
+
+class Vector(SpecModel):
+    """Elements per thread access: `bytes` of the widest dtype of the variant, or a fixed `elements`."""
+
+    bytes: int | None = Field(None, description="bytes per access of the widest dtype (16 → 8 bf16 or 4 fp32)")
+    elements: int | None = Field(None, description="a fixed element count, whatever the dtype")
+
+    @model_validator(mode="after")
+    def _one(self):
+        if (self.bytes is None) == (self.elements is None):
+            raise FieldError("give exactly one of `bytes: 16` or `elements: 16`")
+        n = self.bytes if self.bytes is not None else self.elements
+        if n <= 0 or n & (n - 1):
+            raise FieldError(f"{n} is not a power of two; use 4, 8, 16, ...", ("bytes" if self.bytes else "elements",))
+        return self
+
+
+class Flag(SpecModel):
+    """A compile-time bool: chosen per call (`select`) or per arch (`archs`)."""
+
+    select: PyExpr | None = Field(None, description="Python expression over the wrapper's arguments; "
+                                                    "its truth picks the specialization")
+    kwarg: bool = Field(False, description="the wrapper takes a keyword argument of the flag's name")
+    default: bool = Field(False, description="default of the keyword argument")
+    archs: list[str] | None = Field(None, description="archs where the flag is on (e.g. PDL on sm_90a+)")
+
+    @model_validator(mode="after")
+    def _one(self):
+        ways = [self.select is not None, self.kwarg, self.archs is not None]
+        if sum(ways) != 1:
+            raise FieldError("a flag is chosen one way: `select: EXPR`, `kwarg: true`, or `archs: [...]`")
+        return self
+
+
+class Param(SpecModel):
+    """A non-dtype specialization axis chosen by a keyword argument of the wrapper."""
+
+    values: list[Union[int, str]] = Field(description="allowed values, each a specialization")
+    default: Union[int, str] = Field(description="the keyword argument's default")
+
+    @model_validator(mode="after")
+    def _default_listed(self):
+        _unique(self.values, "value")
+        if self.default not in self.values:
+            raise FieldError(f"default {self.default!r} is not one of {self.values}", ("default",))
+        return self
+
+
+class FastMath(SpecModel):
+    """Variants allowed approximate transcendentals, and what that costs in accuracy."""
+
+    when: dict[str, list[DtypeName]] = Field(description="axis → dtypes; a variant matching all is fast-math")
+    note: str = Field(description="the accuracy the tests accept for those variants, in words")
+
+
+class TensorArg(SpecModel):
+    """A tensor argument of the wrapper."""
+
+    dtype: str = Field(description="a dtype axis name, or a fixed dtype")
+    shape: list[PyExpr] = Field(description="one Python expression per dimension, over dims and params")
+    layout: Literal["dense", "rows", "col_major"] = Field("dense", description=(
+        "dense: contiguous; rows: last dim contiguous, row stride free (passed as T_stride0); "
+        "col_major: transposed-contiguous 2-D"))
+    output: bool = Field(False, description="allocated by the wrapper unless passed as a keyword")
+    optional: bool = Field(False, description="an input that may be None")
+    align: int = Field(16, description="required byte alignment of the data pointer")
+
+
+class ScalarArg(SpecModel):
+    type: Literal["f32", "i32", "i64"]
+    optional: bool = False
+    default: Union[float, int, None] = None
+
+
+class Signature(SpecModel):
+    """The host wrapper's arguments, in call order: tensors, scalars, params/flags, outputs."""
+
+    dims: dict[Symbol, PyExpr] = Field(description="size symbols bound from the inputs, e.g. M: x.shape[0]")
+    tensors: dict[Ident, TensorArg]
+    scalars: dict[Ident, ScalarArg] = Field(default_factory=dict)
+
+
+class Gate(SpecModel):
+    """A predicate every call must satisfy, checked in Python and again in C++."""
+
+    check: Union[str, int] = Field(description="expression over dims, scalars, constants, vec, T.ptr, T.stride0")
+    reason: str = Field(description="why the kernel needs it, shown in the error")
+
+
+class Tests(SpecModel):
+    """Generated test parametrization."""
+
+    dims: dict[str, list[int]] = Field(description="dim → sizes; the tests take the product")
+    layouts: list[Literal["dense", "strided"]] = Field(default_factory=lambda: ["dense"])
+    cases: list[Ident] = Field(default_factory=list, description="edge cases: oracle function case_NAME")
+    rejects: dict[Ident, int] = Field(default_factory=dict,
+                                      description="oracle reject_NAME builds a call that gate N (0-based) must refuse")
+
+
+class KernelSpec(SpecModel):
+    """One kernel family: the single source of truth for its C++, dispatch, wrapper, tests and docs."""
+
+    kernel: Ident = Field(description="family name; also the wrapper's function name")
+    summary: str = Field(description="one line, shown in docs and --help")
+    template: Ident = Field(description="folder under templates/ holding kernel.cuh.j2")
+    targets: Targets
+    constants: dict[Ident, Union[bool, int, float]] = Field(default_factory=dict)
+    dtypes: DtypeMatrix
+    params: dict[Ident, Param] = Field(default_factory=dict)
+    flags: dict[Ident, Flag] = Field(default_factory=dict)
+    vector: Vector
+    fast_math: FastMath | None = Field(None, description="variants that may use approximate math")
+    signature: Signature
+    gates: list[Gate] = Field(default_factory=list)
+    oracle: str = Field(description="module holding reference(), make_args() and the test cases")
+    tests: Tests
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        axes = self.dtypes.axes
+        for name, t in self.signature.tensors.items():
+            if t.dtype not in axes and t.dtype not in DTYPES:
+                raise FieldError(f"dtype '{t.dtype}' is neither an axis ({', '.join(axes)}) nor a dtype "
+                                 f"({', '.join(DTYPES)})", ("signature", "tensors", name, "dtype"))
+        bound = {t.dtype for t in self.signature.tensors.values() if not t.output}
+        for axis in axes:
+            if axis not in bound and axis not in self.dtypes.defaults and not any(
+                    t.dtype == axis for t in self.signature.tensors.values()):
+                raise FieldError(f"axis '{axis}' is not the dtype of any tensor; bind it with `dtype: {axis}`",
+                                 ("dtypes", "axes", axis))
+        for flag, f in self.flags.items():
+            for i, a in enumerate(f.archs or []):
+                if a not in (*self.targets.cuda, *self.targets.hip):
+                    raise FieldError(f"'{a}' is not a target of this spec; targets: "
+                                     f"{', '.join((*self.targets.cuda, *self.targets.hip))}", ("flags", flag, "archs", i))
+        names = [*self.signature.dims, *self.signature.tensors, *self.signature.scalars, *self.params,
+                 *self.flags, *self.constants]
+        for kind, group in (("dims", self.signature.dims), ("scalars", self.signature.scalars),
+                            ("params", self.params), ("flags", self.flags), ("constants", self.constants)):
+            for n in group:
+                if names.count(n) > 1:
+                    raise FieldError(f"name '{n}' is used twice across dims, tensors, scalars, params, flags and "
+                                     "constants; rename one", ((kind,) if kind in ("params", "flags", "constants") else
+                                                               ("signature", kind)) + (n,))
+        for d, sizes in self.tests.dims.items():
+            if d not in self.signature.dims:
+                raise FieldError(f"'{d}' is not a dim{_suggest(d, self.signature.dims)}; dims: "
+                                 f"{', '.join(self.signature.dims)}", ("tests", "dims", d))
+        for axis, values in (self.fast_math.when.items() if self.fast_math else ()):
+            if axis not in axes:
+                raise FieldError(f"'{axis}' is not an axis{_suggest(axis, axes)}; axes: {', '.join(axes)}",
+                                 ("fast_math", "when", axis))
+            for i, v in enumerate(values):
+                if v not in axes[axis]:
+                    raise FieldError(f"'{v}' is not on axis '{axis}' ({', '.join(axes[axis])})",
+                                     ("fast_math", "when", axis, i))
+        scope = self.gate_scope()
+        for i, gate in enumerate(self.gates):
+            try:
+                parse_expr(gate.check, scope)
+            except ExprError as exc:
+                raise FieldError(str(exc), ("gates", i, "check")) from None
+        for name, idx in self.tests.rejects.items():
+            if not 0 <= idx < len(self.gates):
+                raise FieldError(f"gate index {idx} is out of range; this spec has gates 0..{len(self.gates) - 1}",
+                                 ("tests", "rejects", name))
+        return self
+
+    def gate_scope(self) -> Scope:
+        """Names a gate of this family may use (see k3gen.exprs)."""
+        return Scope(runtime=frozenset([*self.signature.dims, *self.signature.scalars]),
+                     constants=dict(self.constants), tensors=frozenset(self.signature.tensors))

@@ -1,0 +1,104 @@
+"""Oracle for situ_and_mul (KERNELS.md §1): fp32 math, one rounding to the output dtype."""
+from __future__ import annotations
+
+import torch
+
+from k3gen.runtime import K3UnsupportedError
+
+BETA, LINEAR_BETA = 4.0, 25.0
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def reference(variant: dict, x, beta, linear_beta=None, out=None):
+    xf = x.float()
+    d = xf.shape[1] // 2
+    g, u = xf[:, :d], xf[:, d:]
+    gate = beta * torch.tanh(g / beta) * torch.sigmoid(g)
+    up = linear_beta * torch.tanh(u / linear_beta) if linear_beta is not None else u
+    return (gate * up).to(TORCH[variant["out"]])
+
+
+def make_args(variant: dict, dims: dict, layout: str, seed: int, device: str = "cuda") -> dict:
+    """x [M, 2D] of the variant's input dtype; `strided` takes x as a column slice of a wider buffer."""
+    m, d = dims["M"], dims["D"]
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    pad = 64 if layout == "strided" else 0  # a multiple of every vector width keeps rows aligned
+    wide = (torch.randn(m, 2 * d + pad, generator=gen) * 6).to(TORCH[variant["in"]]).to(device)
+    x = wide[:, pad:] if pad else wide
+    out = None if variant["out"] == _default_out(variant["in"]) else torch.empty(m, d, dtype=TORCH[variant["out"]],
+                                                                                   device=device)
+    return {"x": x, "beta": BETA, "linear_beta": LINEAR_BETA if variant["has_linear_beta"] else None, "out": out}
+
+
+def _default_out(dtype_in: str) -> str:
+    return {"bf16": "bf16", "fp16": "fp16", "fp32": "bf16"}[dtype_in]
+
+
+def check(got, want, variant: dict) -> None:
+    """Fast-math variants (half outputs) may be one output ulp off; fp32 output to a few fp32 ulps."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if variant["out"] == "fp32":
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=1e-6)
+    else:
+        ulp = {"bf16": 2.0 ** -7, "fp16": 2.0 ** -10}[variant["out"]]
+        torch.testing.assert_close(got.float(), want.float(), rtol=ulp, atol=1e-5)
+
+
+def case_empty(op, variant):
+    args = make_args(variant, {"M": 0, "D": 256}, "dense", 1)
+    out = op(**args)
+    assert out.shape == (0, 256)
+
+
+def case_nan(op, variant):
+    args = make_args(variant, {"M": 4, "D": 256}, "dense", 2)
+    x = args["x"]
+    x[0, 3] = float("nan")  # gate element: row 0, col 3 of out
+    x[1, 256 + 5] = float("nan")  # up element: row 1, col 5 of out
+    out = op(**args).float()
+    assert out[0, 3].isnan() and out[1, 5].isnan()
+    mask = torch.ones_like(out, dtype=torch.bool)
+    mask[0, 3] = mask[1, 5] = False
+    assert not out[mask].isnan().any()
+
+
+def case_no_linear_beta(op, variant):
+    """Without linear_beta, up passes through: the result equals the oracle with linear_beta=None."""
+    args = make_args(variant, {"M": 16, "D": 512}, "dense", 3)
+    args["linear_beta"] = None
+    args["out"] = None if variant["out"] == _default_out(variant["in"]) else args["out"]
+    got = op(**args)
+    check(got, reference(dict(variant, has_linear_beta=False), **args), variant)
+
+
+def case_out_given(op, variant):
+    """A caller's out= is written in full (poisoned with NaN first) and returned."""
+    args = make_args(variant, {"M": 33, "D": 1024}, "strided", 4)
+    out = torch.full((33, 1024), float("nan"), dtype=TORCH[variant["out"]], device="cuda")
+    args["out"] = out
+    got = op(**args)
+    assert got.data_ptr() == out.data_ptr()
+    check(got, reference(variant, **args), variant)
+
+
+def reject_odd_width(variant):
+    """D = 260 is not a multiple of any vector width above 4 (fp32 vectors of 4 take it: use 258)."""
+    args = make_args(variant, {"M": 2, "D": 258}, "dense", 5)
+    return args
+
+
+def reject_misaligned_stride(variant):
+    args = make_args(variant, {"M": 2, "D": 256}, "dense", 6)
+    wide = torch.zeros(2, 512 + 2, dtype=args["x"].dtype, device="cuda")
+    args["x"] = wide[:, :512]  # row stride 514 elements: not a multiple of the vector width
+    return args
+
+
+def reject_misaligned_pointer(variant):
+    args = make_args(variant, {"M": 2, "D": 256}, "dense", 7)
+    flat = torch.zeros(2 * 512 + 8, dtype=args["x"].dtype, device="cuda")
+    args["x"] = flat[2:2 + 2 * 512].view(2, 512)  # data pointer 2 elements past an aligned address
+    return args
+
+
+__all__ = ["reference", "make_args", "check", "K3UnsupportedError"]

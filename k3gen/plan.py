@@ -1,0 +1,225 @@
+"""Resolve a validated spec into its plan: every specialization, its C++ spellings and cache key.
+
+Templates receive the plan, never the raw spec: C++ types, template arguments, switch keys, struct
+fields and gate expressions are all computed here, so templates only substitute and loop.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import __version__
+from .dtypes import DTYPES
+from .errors import SpecErrors
+from .exprs import Expr, parse_expr
+from .load import LoadedSpec
+from .model import KernelSpec
+
+BACKENDS = ("cuda", "hip")
+# Part of every cache key; the runtime adds the compiler's own version string when it builds.
+TOOLCHAIN = {"cuda": "nvcc", "hip": "hip-clang"}
+ARG_CTYPES = {"ptr": ("const void*", "c_void_p"), "mut_ptr": ("void*", "c_void_p"),
+              "i64": ("int64_t", "c_int64"), "i32": ("int32_t", "c_int32"), "f32": ("float", "c_float")}
+KEY_BITS = 4  # bits per switch-key component: dtype codes, param indices and flags all fit
+
+
+@dataclass(frozen=True)
+class ArgField:
+    """One field of the family's C args struct, filled by the host wrapper."""
+
+    name: str
+    kind: str  # key of ARG_CTYPES
+
+    @property
+    def cpp(self) -> str:
+        return ARG_CTYPES[self.kind][0]
+
+    @property
+    def ctype(self) -> str:
+        return ARG_CTYPES[self.kind][1]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One generated point: a matrix cell × params × call-time flags. One translation unit per backend."""
+
+    name: str
+    dtypes: dict  # axis -> dtype name
+    params: dict  # param -> value
+    flags: dict  # call-time flag -> bool
+    fast_math: bool  # approximate transcendentals allowed (spec's fast_math.when)
+    vec: int  # elements per vector access
+    key: int  # switch key, the same number in the Python table and the C++ switch
+
+    def as_dict(self) -> dict:
+        """Every parameter by name, as the oracle and the generated tests see a variant."""
+        return {**self.dtypes, **self.params, **self.flags, "fast_math": self.fast_math, "vec": self.vec}
+
+    @property
+    def label(self) -> str:
+        parts = [f"{a}={d}" for a, d in self.dtypes.items()]
+        parts += [f"{p}={v}" for p, v in self.params.items()]
+        parts += [f"{f}={'on' if v else 'off'}" for f, v in self.flags.items()]
+        parts += ["fast_math"] if self.fast_math else []
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """A variant compiled for one arch: the unit of identity and caching."""
+
+    variant: Variant
+    backend: str
+    arch: str
+    arch_flags: dict  # arch-derived flag -> bool
+    identity: str
+    cache_key: str
+
+
+@dataclass
+class FamilyPlan:
+    spec: KernelSpec
+    file: str  # specs/NAME.yaml
+    spec_sha256: str
+    variants: list[Variant]
+    specializations: list[Specialization]
+    excluded: list[tuple[dict, str]]  # (cell, reason)
+    gates: list[tuple[Expr, str]]  # (expression, reason)
+    args: list[ArgField]
+    backends: list[str]
+    call_flags: list[str]  # flags chosen per call, in key order
+    arch_flags: list[str]  # flags chosen per arch
+    key_parts: list[str] = field(default_factory=list)  # names of the switch-key components, in order
+
+    @property
+    def name(self) -> str:
+        return self.spec.kernel
+
+    def archs(self, backend: str) -> list[str]:
+        return list(getattr(self.spec.targets, backend))
+
+    def template_params(self) -> str:
+        """The kernel template's parameter list, in the order template_args() fills it."""
+        ps = [f"typename T_{a}" for a in self.spec.dtypes.axes]
+        ps += [f"int {p}" for p in self.spec.params]
+        ps += [f"bool {f}" for f in self.call_flags]
+        return ", ".join([*ps, "bool FAST_MATH", "int VEC"])
+
+    def template_param_names(self) -> str:
+        return ", ".join(p.split()[-1] for p in self.template_params().split(", "))
+
+    def template_args(self, v: Variant, backend: str) -> str:
+        xs = [DTYPES[d].cpp(backend) for d in v.dtypes.values()]
+        xs += [str(_param_cpp(self.spec, p, val)) for p, val in v.params.items()]
+        xs += ["true" if b else "false" for b in v.flags.values()]
+        return ", ".join([*xs, "true" if v.fast_math else "false", str(v.vec)])
+
+    def param_enums(self) -> list[tuple[str, int]]:
+        """C++ constants for string-valued params: scale_format_ue8m0 = 2."""
+        return [(f"{p}_{val}", i) for p, prm in self.spec.params.items() for i, val in enumerate(prm.values)
+                if isinstance(val, str)]
+
+    def arch_defines(self, arch: str) -> list[str]:
+        return [f"-DK3_{f.upper()}={int(arch in (self.spec.flags[f].archs or []))}" for f in self.arch_flags]
+
+
+def _param_cpp(spec: KernelSpec, param: str, value) -> int:
+    values = spec.params[param].values
+    return values.index(value) if isinstance(value, str) else value
+
+
+def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
+    plans = [resolve_family(ls, root) for ls in loaded]
+    _assert_unique_keys(plans)
+    return plans
+
+
+def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
+    s = ls.spec
+    axes = s.dtypes.axes
+    call_flags = [f for f, fl in s.flags.items() if fl.archs is None]
+    arch_flags = [f for f, fl in s.flags.items() if fl.archs is not None]
+    variants = []
+    cells = s.dtypes.generated_cells()
+    param_values = [prm.values for prm in s.params.values()]
+    for cell, pvals, fvals in itertools.product(cells, itertools.product(*param_values),
+                                                itertools.product((False, True), repeat=len(call_flags))):
+        dtypes = dict(zip(axes, cell))
+        params = dict(zip(s.params, pvals))
+        flags = dict(zip(call_flags, fvals))
+        name = "__".join([s.kernel, *(f"{a}_{d}" for a, d in dtypes.items()),
+                          *(f"{p}_{v}" for p, v in params.items()),
+                          *(f"{f}_{'on' if b else 'off'}" for f, b in flags.items())])
+        comps = [DTYPES[d].code for d in cell] + [s.params[p].values.index(v) for p, v in params.items()]
+        comps += [int(b) for b in fvals]
+        key = sum(c << (KEY_BITS * i) for i, c in enumerate(comps))
+        fast = s.fast_math is not None and all(dtypes[a] in vs for a, vs in s.fast_math.when.items())
+        variants.append(Variant(name, dtypes, params, flags, fast, _vector_elements(s, dtypes), key))
+    template_sha = _templates_sha256(root, s.template)
+    specs = []
+    for backend in BACKENDS:
+        for arch in getattr(s.targets, backend):
+            aflags = {f: arch in (s.flags[f].archs or []) for f in arch_flags}
+            for v in variants:
+                identity = f"{v.name}__{arch}"
+                params = {"identity": identity, "dtypes": v.dtypes, "params": v.params, "flags": v.flags,
+                          "arch_flags": aflags, "constants": s.constants, "vec": v.vec, "fast_math": v.fast_math, "backend": backend,
+                          "arch": arch, "toolchain": TOOLCHAIN[backend], "k3gen": __version__,
+                          "templates": template_sha, "spec": _spec_sha(ls)}
+                key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
+                specs.append(Specialization(v, backend, arch, aflags, identity, key))
+    excluded = [({a: c[a] for a in axes}, c["reason"]) for c in s.dtypes.exclude]
+    scope = s.gate_scope()
+    gates = [(parse_expr(g.check, scope), g.reason) for g in s.gates]
+    return FamilyPlan(s, ls.file, _spec_sha(ls), variants, specs, excluded, gates, _arg_fields(s),
+                      [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
+                      [*axes, *s.params, *call_flags])
+
+
+def _vector_elements(s: KernelSpec, dtypes: dict) -> int:
+    if s.vector.elements is not None:
+        return s.vector.elements
+    widest = max(DTYPES[d].size for d in dtypes.values())
+    return max(1, s.vector.bytes // widest)
+
+
+def _arg_fields(s: KernelSpec) -> list[ArgField]:
+    fields = []
+    for name, t in s.signature.tensors.items():
+        fields.append(ArgField(name, "mut_ptr" if t.output else "ptr"))
+        if t.layout == "rows":
+            fields.append(ArgField(f"{name}_stride0", "i64"))
+    fields += [ArgField(d, "i64") for d in s.signature.dims]
+    fields += [ArgField(n, sc.type) for n, sc in s.signature.scalars.items()]
+    return fields
+
+
+def _spec_sha(ls: LoadedSpec) -> str:
+    return hashlib.sha256(ls.text.encode()).hexdigest()
+
+
+def _templates_sha256(root: Path, template: str) -> str:
+    """Hash of every template and header a family's sources are rendered from."""
+    h = hashlib.sha256()
+    for p in sorted([*(root / "templates" / "common").glob("*"), *(root / "templates" / template).glob("*")]):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def _assert_unique_keys(plans: list[FamilyPlan]) -> None:
+    seen: dict[str, str] = {}
+    for p in plans:
+        for sp in p.specializations:
+            if sp.cache_key in seen or sp.identity in seen.values():
+                raise SpecErrors([_located_dup(p, sp, seen.get(sp.cache_key, sp.identity))])
+            seen[sp.cache_key] = sp.identity
+
+
+def _located_dup(p: FamilyPlan, sp: Specialization, other: str):
+    from .errors import SpecError
+
+    return SpecError(p.file, 1, p.name, "kernel", f"specialization {sp.identity} collides with {other}; "
+                                                   "two variants must never share a binary")

@@ -1,0 +1,138 @@
+"""Render every output file of the plan into memory: {relative path under generated/: text}.
+
+One function per output kind; templates get the plan (C++ spellings and keys already computed).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import jinja2
+
+from .dtypes import DTYPES
+from .plan import KEY_BITS, FamilyPlan, Variant
+
+KERNEL_HEADER = {"cuda": "{name}.cuh", "hip": "{name}_hip.h"}
+TU_EXT = {"cuda": "cu", "hip": "hip"}
+
+
+def make_env(root: Path) -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root / "templates")),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True, autoescape=False)
+    env.filters["c_string"] = lambda s: json.dumps(str(s))  # a JSON string is a valid C string literal
+    env.filters["py"] = repr
+    env.filters["tuple"] = tuple
+    env.filters["prefix"] = lambda s, pre: f"{pre}{s}"
+    env.filters["replace_axis"] = lambda name, axes: f"dtype_{name}" if name in axes else name
+    return env
+
+
+def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
+    env = make_env(root)
+    files: dict[str, str] = {}
+
+    def put(path: str, text: str) -> None:
+        if path in files:  # two templates claiming one file would make output order-dependent
+            raise RuntimeError(f"k3gen bug: {path} rendered twice")
+        files[path] = text
+
+    put("k3kernels/csrc/k3_backend.h", _render(env, "common/k3_backend.h.j2", None))
+    for p in plans:
+        for path, text in render_family(env, p).items():
+            put(path, text)
+    put("k3kernels/__init__.py", _render(env, "common/package_init.py.j2", None, plans=plans))
+    return files
+
+
+def kernel_sources(p: FamilyPlan, backend: str) -> list[str]:
+    """Translation units of one family's module for one backend, relative to csrc/<family>/."""
+    ext = TU_EXT[backend]
+    return [f"{v.name}.{ext}" for v in p.variants] + [f"dispatch.{ext}"]
+
+
+def kernel_headers(p: FamilyPlan, backend: str) -> list[str]:
+    return [KERNEL_HEADER[backend].format(name=p.name), f"{p.name}_abi.h", "../k3_backend.h"]
+
+
+def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
+    out = {}
+    csrc = f"k3kernels/csrc/{p.name}"
+    common = dict(spec=p.spec, constants=_cpp_constants(p), key_bits=KEY_BITS,
+                  matrix_text=matrix_text(p))
+    out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
+    for backend in p.backends:
+        header = KERNEL_HEADER[backend].format(name=p.name)
+        ctx = dict(common, backend=backend, kernel_header=header)
+        out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **ctx)
+        for v in p.variants:
+            out[f"{csrc}/{v.name}.{TU_EXT[backend]}"] = _render(env, "common/variant.cu.j2", p, p=p, v=v, **ctx)
+        out[f"{csrc}/dispatch.{TU_EXT[backend]}"] = _render(env, "common/dispatch.cu.j2", p, p=p, **ctx)
+    host = dict(common, sources={b: kernel_sources(p, b) for b in p.backends},
+                headers={b: kernel_headers(p, b) for b in p.backends}, torch_dtype=_torch_dtype,
+                dims=test_dims(p), call=wrapper_signature(p), variant_keys=variant_keys(p))
+    out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, p=p, **host)
+    out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, **host)
+    return out
+
+
+def wrapper_signature(p: FamilyPlan) -> dict[str, str]:
+    """The wrapper's parameter list and the names to forward: inputs, scalars, params, flags, outputs."""
+    s, sig = p.spec, p.spec.signature
+    params = [n + ("=None" if t.optional else "") for n, t in sig.tensors.items() if not t.output]
+    params += [n + (f"={sc.default!r}" if sc.optional else "") for n, sc in sig.scalars.items()]
+    params += [f"{n}={prm.default!r}" for n, prm in s.params.items()]
+    params += [f"{n}={f.default!r}" for n, f in s.flags.items() if f.kwarg]
+    params += [f"{n}=None" for n, t in sig.tensors.items() if t.output]
+    names = [x.split("=")[0] for x in params]
+    return {"params": ", ".join(params), "names": ", ".join(names)}
+
+
+def variant_keys(p: FamilyPlan) -> list[tuple[str, Variant]]:
+    """Python spelling of each variant's lookup tuple: (torch.bfloat16, torch.bfloat16, True)."""
+    out = []
+    for v in p.variants:
+        parts = [_torch_dtype(d) for d in v.dtypes.values()] + [repr(x) for x in v.params.values()]
+        parts += [repr(b) for b in v.flags.values()]
+        out.append(("(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")", v))
+    return out
+
+
+def test_dims(p: FamilyPlan) -> list[dict]:
+    """The product of the spec's test sizes, in spec order."""
+    dims = p.spec.tests.dims
+    return [dict(zip(dims, sizes)) for sizes in itertools.product(*dims.values())]
+
+
+def matrix_text(p: FamilyPlan) -> str:
+    """The generated cells, for error messages: (in, out) in {(bf16, bf16), (fp32, bf16)}."""
+    axes = tuple(p.spec.dtypes.axes)
+    cells = ", ".join("(" + ", ".join(c) + ")" for c in p.spec.dtypes.generated_cells())
+    return f"({', '.join(axes)}) in {{{cells}}}"
+
+
+def _torch_dtype(name: str) -> str:
+    return f"torch.{DTYPES[name].torch}"
+
+
+def _cpp_constants(p: FamilyPlan) -> list[tuple[str, tuple[str, str]]]:
+    out = []
+    for name, value in p.spec.constants.items():
+        if isinstance(value, bool):
+            out.append((name, ("bool", "true" if value else "false")))
+        elif isinstance(value, int):
+            out.append((name, ("int", str(value))))
+        else:
+            out.append((name, ("float", f"{value!r}f")))
+    return out
+
+
+def _render(env: jinja2.Environment, template: str, plan: FamilyPlan | None, **ctx) -> str:
+    def banner(comment: str) -> str:
+        if plan is None:
+            return f"{comment} @generated by k3gen — do not edit; run `k3gen build`."
+        return (f"{comment} @generated by k3gen from {plan.file} — do not edit; run `k3gen build`.\n"
+                f"{comment} spec sha256: {plan.spec_sha256}")
+
+    return env.get_template(template).render(banner=banner, **ctx)

@@ -1,0 +1,79 @@
+"""Input checks the generated wrappers call. Each error names the argument and what is allowed."""
+from __future__ import annotations
+
+import torch
+
+from .errors import K3UnsupportedError
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                torch.float8_e4m3fn: "fp8", torch.int32: "i32"}
+
+
+def dtype_name(dtype) -> str:
+    return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def check_tensor(fn: str, name: str, t, *, rank: int, layout: str, device=None) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise K3UnsupportedError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise K3UnsupportedError(f"{fn}: {name} must be on a CUDA device, got {t.device}")
+    if device is not None and t.device != device:
+        raise K3UnsupportedError(f"{fn}: {name} is on {t.device} but the inputs are on {device}")
+    if t.dim() != rank:
+        raise K3UnsupportedError(f"{fn}: {name} must have {rank} dimensions, got shape {list(t.shape)}")
+    if layout == "dense" and not t.is_contiguous():
+        raise K3UnsupportedError(f"{fn}: {name} must be contiguous, got strides {list(t.stride())}")
+    if layout == "rows" and t.size(-1) > 1 and t.stride(-1) != 1:
+        raise K3UnsupportedError(f"{fn}: {name} must have a contiguous last dim (stride 1), "
+                                 f"got strides {list(t.stride())}")
+    if layout == "col_major" and not t.t().is_contiguous():
+        raise K3UnsupportedError(f"{fn}: {name} must be column-major (its .t() contiguous), "
+                                 f"got strides {list(t.stride())}")
+
+
+def check_dtype(fn: str, name: str, t, dtype) -> None:
+    if t.dtype != dtype:
+        raise K3UnsupportedError(f"{fn}: {name} must be {dtype_name(dtype)}, got {dtype_name(t.dtype)}")
+
+
+def check_shape(fn: str, name: str, t, shape: tuple, spelled: str) -> None:
+    if tuple(t.shape) != tuple(shape):
+        raise K3UnsupportedError(f"{fn}: {name} must have shape [{spelled}] = {list(shape)}, "
+                                 f"got {list(t.shape)}")
+
+
+def check_choice(fn: str, name: str, value, allowed: list) -> None:
+    if value not in allowed:
+        raise K3UnsupportedError(f"{fn}: {name}={value!r} is not generated; allowed: "
+                                 f"{', '.join(map(repr, allowed))}")
+
+
+def uncovered(fn: str, axes: list[str], dtypes: list, matrix: list[tuple], excluded: dict) -> K3UnsupportedError:
+    """The error for a dtype combination outside the generated matrix."""
+    cell = tuple(dtype_name(d) if d is not None else "?" for d in dtypes)
+    allowed = ", ".join("(" + ", ".join(c) + ")" for c in matrix)
+    where = f"({', '.join(axes)}) = ({', '.join(cell)})"
+    if cell in excluded:
+        why = f"not generated: {excluded[cell]}"
+    elif len(axes) == len(cell) and any(c == "?" for c in cell):
+        why = "has no default for the missing dtype"
+    else:
+        why = "is not in the dtype matrix"
+    return K3UnsupportedError(f"{fn}: {where} {why}; generated ({', '.join(axes)}): {allowed}")
+
+
+def gate_failed(fn: str, source: str, reason: str, values: dict) -> K3UnsupportedError:
+    shown = ", ".join(f"{k} = {v}" for k, v in values.items())
+    return K3UnsupportedError(f"{fn}: gate `{source}` failed ({shown}): {reason}")
+
+
+def empty(shape: tuple, dtype, device, layout: str):
+    """An output tensor of the declared layout."""
+    if layout == "col_major":
+        return torch.empty(tuple(reversed(shape)), dtype=dtype, device=device).t()
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def data_ptr(t) -> int:
+    return 0 if t is None else t.data_ptr()

@@ -1,0 +1,69 @@
+"""Find the device compiler and ninja, and spell the compile and link commands for one arch."""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from .errors import K3ToolchainMissing
+
+
+def backend_of(arch: str) -> str:
+    return "hip" if arch.startswith("gfx") else "cuda"
+
+
+@functools.lru_cache(maxsize=None)
+def find_compiler(backend: str) -> str:
+    if backend == "cuda":
+        env, names = "K3GEN_NVCC", ["nvcc"]
+        home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+        fallbacks = [Path(home) / "bin" / "nvcc"]
+    else:
+        env, names = "K3GEN_HIPCC", ["hipcc", "clang++-19", "clang++"]
+        fallbacks = [Path(os.environ.get("ROCM_PATH", "/opt/rocm")) / "bin" / "hipcc"]
+    if os.environ.get(env):
+        return os.environ[env]
+    for name in names:
+        if found := shutil.which(name):
+            return found
+    for path in fallbacks:
+        if path.is_file():
+            return str(path)
+    what = "nvcc (the CUDA toolkit)" if backend == "cuda" else "hipcc or clang++ (ROCm)"
+    raise K3ToolchainMissing(f"k3gen: {what} not found; install it, put it on PATH, or set {env}")
+
+
+@functools.lru_cache(maxsize=None)
+def find_ninja() -> str:
+    if found := shutil.which("ninja"):
+        return found
+    try:
+        import ninja  # the PyPI package ships the binary
+
+        return str(Path(ninja.BIN_DIR) / "ninja")
+    except ImportError:
+        raise K3ToolchainMissing("k3gen: ninja not found; `pip install ninja` or install it on PATH") from None
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(compiler: str) -> str:
+    """The compiler's own version text: part of every cache key."""
+    try:
+        out = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
+    except OSError as exc:
+        raise K3ToolchainMissing(f"k3gen: cannot run {compiler}: {exc}") from None
+    return out.stdout.strip()
+
+
+def compile_flags(arch: str, defines: list[str], include: Path) -> list[str]:
+    common = ["-O3", "-std=c++17", *defines, f"-I{include}"]
+    if backend_of(arch) == "cuda":
+        number = arch.removeprefix("sm_")
+        return [*common, "-Xcompiler=-fPIC", f"-gencode=arch=compute_{number},code={arch}"]
+    return [*common, "-x", "hip", f"--offload-arch={arch}", "-fPIC"]
+
+
+def link_flags(arch: str) -> list[str]:
+    return ["-shared"] if backend_of(arch) == "cuda" else ["-shared", "--hip-link"]
