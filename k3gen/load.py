@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import ast
+import difflib
+import re
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -46,28 +49,47 @@ def parse_spec(text: str, file: str) -> tuple[LoadedSpec | None, list[SpecError]
         return None, errors
     data = located.data
     if not isinstance(data, dict):
-        return None, errors + [SpecError(file, 1, "", "<root>", "a spec is a mapping; start with `kernel: NAME`")]
+        return None, errors + [SpecError(file, located.line_of(()), "", "<root>",
+                                         f"the file holds {_kind(data)}, but a spec is a mapping; "
+                                         "start with `kernel: NAME`")]
     kernel = data.get("kernel") if isinstance(data.get("kernel"), str) else ""
+    errors = [replace(e, kernel=kernel) if not e.kernel else e for e in errors]
     try:
         spec = KernelSpec.model_validate(data)
     except ValidationError as exc:
-        return None, errors + [_located(e, located, file, kernel) for e in _dedupe(exc.errors(), data)]
+        groups = _explained_missing_dropped(_grouped(exc.errors(), data))
+        unreadable = {e.field for e in errors}  # a value YAML could not read is already reported
+        return None, errors + [_located(path, group, located, file, kernel) for path, group in groups
+                               if _dotted(path) not in unreadable]
     loaded = LoadedSpec(spec, file, text, located)
     return (None if errors else loaded), errors
 
 
-def _dedupe(raw: list[dict], data) -> list[tuple[tuple, dict]]:
-    """Map pydantic locations onto data paths (dropping union tags); keep one error per path."""
-    seen, out = set(), []
+def _grouped(raw: list[dict], data) -> list[tuple[tuple, list[dict]]]:
+    """Map pydantic locations onto data paths (dropping union tags); one group of errors per path.
+
+    A union (`int | float | bool`) fails once per member at the same data path; the group becomes
+    one message listing what would have been accepted.
+    """
+    groups: dict[tuple, list[dict]] = {}
     for e in raw:
         path = _data_path(e["loc"], data)
         err = e.get("ctx", {}).get("error")
         if isinstance(err, FieldError):
             path = path + err.subpath
-        if path not in seen:
-            seen.add(path)
-            out.append((path, e))
-    return out
+        groups.setdefault(path, []).append(e)
+    return list(groups.items())
+
+
+def _explained_missing_dropped(groups: list[tuple[tuple, list[dict]]]) -> list[tuple[tuple, list[dict]]]:
+    """`sumary:` gives both "unknown key 'sumary' (did you mean 'summary'?)" and "'summary' is missing";
+    the first says it all, so drop the second."""
+    suggested = set()
+    for path, group in groups:
+        if group[0]["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(path[-1]), _allowed_keys(group[0]["loc"][:-1]), n=1)
+            suggested |= {path[:-1] + (c,) for c in close}
+    return [(path, group) for path, group in groups if not (group[0]["type"] == "missing" and path in suggested)]
 
 
 def _data_path(loc: tuple, data) -> tuple:
@@ -86,13 +108,19 @@ def _data_path(loc: tuple, data) -> tuple:
     return tuple(path)
 
 
-def _located(item: tuple[tuple, dict], located: LocatedData, file: str, kernel: str) -> SpecError:
-    path, e = item
-    return SpecError(file, located.line_of(path), kernel, _dotted(path), _message(e, path))
+def _located(path: tuple, group: list[dict], located: LocatedData, file: str, kernel: str) -> SpecError:
+    return SpecError(file, located.line_of(path), kernel, _dotted(path), _message(group, path))
 
 
-def _message(e: dict, path: tuple) -> str:
-    kind, err = e["type"], e.get("ctx", {}).get("error")
+# What a pydantic type error expected, in a spec author's words (key: the error type's first word).
+EXPECTED = {"bool": "`true`/`false`", "int": "an integer", "float": "a number", "string": "a string",
+            "list": "a list such as `[a, b]`", "dict": "a mapping such as `{key: value}`",
+            "model": "a mapping such as `{key: value}`"}
+
+
+def _message(group: list[dict], path: tuple) -> str:
+    e = group[0]
+    kind, err, got = e["type"], e.get("ctx", {}).get("error"), e.get("input")
     if isinstance(err, FieldError):
         return str(err)
     if kind == "extra_forbidden":
@@ -100,8 +128,23 @@ def _message(e: dict, path: tuple) -> str:
         return f"unknown key '{path[-1]}'{_suggest(path[-1], allowed)}; allowed here: {', '.join(allowed)}"
     if kind == "missing":
         return f"required key '{path[-1]}' is missing; add it"
-    got = e.get("input")
-    return f"{e['msg']}; got {got!r}" if not isinstance(got, (dict, list)) else e["msg"]
+    if kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", e["ctx"]["expected"])
+        return f"{got!r} is not allowed here{_suggest(got, choices)}; use one of: {', '.join(choices)}"
+    wanted = [EXPECTED.get(x["type"].split("_")[0]) for x in group]
+    if all(wanted):
+        wanted = list(dict.fromkeys(wanted))
+        said = wanted[0] if len(wanted) == 1 else ", ".join(wanted[:-1]) + " or " + wanted[-1]
+        return f"expected {said}; got {_shown(got)}"
+    return f"{e['msg']}; got {_shown(got)}"
+
+
+def _shown(value) -> str:
+    return _kind(value) if isinstance(value, (dict, list)) else repr(value)
+
+
+def _kind(value) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), f"a {type(value).__name__}")
 
 
 def _allowed_keys(loc: tuple) -> list[str]:
@@ -155,14 +198,23 @@ def _check_oracle(ls: LoadedSpec, root: Path) -> list[SpecError]:
     s = ls.spec
     module = root.joinpath(*s.oracle.split(".")).with_suffix(".py")
     if not module.is_file():
-        return [ls.error(("oracle",), f"module '{s.oracle}' not found (looked for {module.relative_to(root)}); "
+        known = sorted(f"k3gen.oracles.{p.stem}" for p in (root / "k3gen" / "oracles").glob("*.py")
+                       if p.stem != "__init__")
+        return [ls.error(("oracle",), f"module '{s.oracle}' not found (looked for "
+                                      f"{module.relative_to(root).as_posix()}){_suggest(s.oracle, known)}; "
                                       "give a dotted module path such as k3gen.oracles.NAME")]
-    defined = {n.name for n in ast.parse(module.read_text()).body if isinstance(n, ast.FunctionDef)}
-    needed = [(("oracle",), f) for f in ("reference", "make_args", "check")]
-    needed += [(("tests", "cases", i), f"case_{c}") for i, c in enumerate(s.tests.cases)]
-    needed += [(("tests", "rejects", n), f"reject_{n}") for n in s.tests.rejects]
-    return [ls.error(path, f"oracle {s.oracle} has no function {fn}(); define it or remove the entry")
-            for path, fn in needed if fn not in defined]
+    try:
+        tree = ast.parse(module.read_text(), filename=str(module))
+    except SyntaxError as exc:
+        return [ls.error(("oracle",), f"oracle {s.oracle} does not parse: {exc.msg} at "
+                                      f"{module.relative_to(root).as_posix()}:{exc.lineno}; fix the module")]
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    needed = [(("oracle",), f, "define it") for f in ("reference", "make_args", "check")]
+    needed += [(("tests", "cases", i), f"case_{c}", "define it or remove the entry")
+               for i, c in enumerate(s.tests.cases)]
+    needed += [(("tests", "rejects", n), f"reject_{n}", "define it or remove the entry") for n in s.tests.rejects]
+    return [ls.error(path, f"oracle {s.oracle} has no function {fn}(); {fix}")
+            for path, fn, fix in needed if fn not in defined]
 
 
 def _dotted(path: tuple) -> str:

@@ -29,10 +29,7 @@ def parse_yaml(text: str, file: str) -> tuple[LocatedData | None, list[SpecError
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
-        problem = " ".join(p for p in (exc.context, exc.problem) if p)
-        return None, [SpecError(file, line, "", "<yaml>", f"not valid YAML: {problem}; fix the syntax")]
+        return None, [_syntax_error(exc, file)]
     finally:
         loader.dispose()
     if node is None:
@@ -41,6 +38,19 @@ def parse_yaml(text: str, file: str) -> tuple[LocatedData | None, list[SpecError
     errors: list[SpecError] = []
     data = _build(node, (), lines, errors, file, yaml.SafeLoader(""))
     return LocatedData(data, lines), errors
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> SpecError:
+    """Point at the construct left open (a flow `[`/`{`, a quote, a key) rather than where the parser
+    gave up, which is often the next, innocent line; otherwise the problem line is the culprit."""
+    problem_line = exc.problem_mark.line + 1 if exc.problem_mark else None
+    context_line = exc.context_mark.line + 1 if exc.context_mark else None
+    opened = bool(exc.context) and exc.context.startswith(("while parsing a flow", "while scanning a "))
+    line = (context_line if opened else problem_line) or context_line or problem_line or 1
+    parts = [(text, at) for text, at in ((exc.context, context_line), (exc.problem, problem_line)) if text]
+    said = ", ".join(text + (f" (line {at})" if at and at != line else "") for text, at in parts)
+    fix = "indent with spaces, not tabs" if "'\\t'" in (exc.problem or "") else "fix the syntax"
+    return SpecError(file, line, "", "<yaml>", f"not valid YAML: {said}; {fix}")
 
 
 def _build(node, path: Path, lines, errors, file, constructor):
@@ -64,7 +74,17 @@ def _build(node, path: Path, lines, errors, file, constructor):
             lines[path + (i,)] = item.start_mark.line + 1
             items.append(_build(item, path + (i,), lines, errors, file, constructor))
         return items
-    return constructor.construct_object(node)
+    try:
+        return constructor.construct_object(node)
+    except (yaml.YAMLError, ValueError) as exc:  # an explicit tag (!!python/object, !!int abc) SafeLoader refuses
+        errors.append(SpecError(file, node.start_mark.line + 1, "", _dotted(path),
+                                f"cannot read the value tagged {node.tag!r} ({_first_line(exc)}); "
+                                "remove the tag and write a plain value"))
+        return None
+
+
+def _first_line(exc: Exception) -> str:
+    return str(getattr(exc, "problem", None) or exc).splitlines()[0]
 
 
 def _dotted(path: Path) -> str:

@@ -35,7 +35,7 @@ class FamilyModule:
     def __init__(self, family: str, args: type, sources: dict, headers: dict, arch_defines: dict,
                  package_file: str):
         self.family = family
-        self.entry = f"k3_{family}"
+        self.entry = f"k3_{family}_launch"
         self.args_type = args
         self.sources = sources
         self.headers = headers

@@ -28,7 +28,7 @@ situ_and_mul_kernel(const T_in* __restrict__ x, int64_t x_stride0, T_out* __rest
     for (int j = 0; j < VEC; ++j) {
       const float gf = k3::to_float(g.v[j]);
       const float uf = k3::to_float(u.v[j]);
-      const float gate = beta * k3::tanh<FAST_MATH>(gf * inv_beta) * k3::sigmoid<FAST_MATH>(gf);
+      const float gate = beta * k3::tanh<FAST_MATH>(gf * inv_beta) * k3::sigmoid(gf);
       const float up = has_linear_beta ? linear_beta * k3::tanh<FAST_MATH>(uf * inv_linear_beta) : uf;
       o.v[j] = k3::from_float<T_out>(gate * up);
     }
