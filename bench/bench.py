@@ -46,7 +46,35 @@ def bench_situ_and_mul() -> tuple[list[dict], list[str]]:
     return rows, verdicts
 
 
-FAMILIES = {"situ_and_mul": bench_situ_and_mul}
+def bench_per_token_group_quant() -> tuple[list[dict], list[str]]:
+    from k3gen.oracles import per_token_group_quant as oracle
+    from k3kernels import per_token_group_quant as fam
+
+    torch._dynamo.config.cache_size_limit = 256
+    k = 7168
+    rows, verdicts = [], []
+    configs = [(dt, g, fmt) for dt in ("bf16", "fp16", "fp32") for g, fmt in ((128, "ue8m0"), (128, "fp32_row"),
+                                                                               (32, "ue8m0"))]
+    for dt, g, fmt in configs:
+        variant = {"in": dt, "group_size": g, "scale_format": fmt, "fuse_silu_and_mul": False}
+        ref = torch.compile(lambda x: oracle.reference(variant, x, g, fmt), dynamic=False)
+        for m in (1, 128, 4096, 16384):
+            x = torch.randn(m, k, device="cuda").to(oracle.TORCH[dt])
+            q, scale = fam.per_token_group_quant(x, group_size=g, scale_format=fmt)
+            nbytes = x.numel() * x.element_size() + q.numel() + scale.numel() * 4
+            us = time_graph_us(lambda: fam.per_token_group_quant(x, group_size=g, scale_format=fmt, out=q,
+                                                                 out_scale=scale))
+            cus = time_graph_us(lambda: ref(x))
+            r = record(family="per_token_group_quant", M=m, K=k, dtypes=f"{dt} G{g} {fmt}", bytes=nbytes, us=us,
+                       copy_us=copy_us(nbytes), compile_us=cus)
+            rows.append(r)
+            ok = r["speedup_vs_compile"] >= 1.0 and (m < 4096 or r["ratio_to_copy"] >= 0.9) and (m != 1 or us <= 3.0)
+            verdicts.append(f"{'ok  ' if ok else 'MISS'} {r['dtypes']:>18} M={m:<6} {us:8.2f} us {r['gbps']:7.0f} GB/s "
+                            f"copy {r['ratio_to_copy']:5.1%}  vs compile x{r['speedup_vs_compile']:.2f}")
+    return rows, verdicts
+
+
+FAMILIES = {"situ_and_mul": bench_situ_and_mul, "per_token_group_quant": bench_per_token_group_quant}
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:

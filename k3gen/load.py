@@ -198,10 +198,11 @@ def _check_oracle(ls: LoadedSpec, root: Path) -> list[SpecError]:
     s = ls.spec
     module = root.joinpath(*s.oracle.split(".")).with_suffix(".py")
     if not module.is_file():
-        known = sorted(f"k3gen.oracles.{p.stem}" for p in (root / "k3gen" / "oracles").glob("*.py")
-                       if p.stem != "__init__")
+        known = sorted(p.stem for p in (root / "k3gen" / "oracles").glob("*.py") if p.stem != "__init__")
+        close = difflib.get_close_matches(s.oracle.split(".")[-1], known, n=1)
+        hint = f" (did you mean 'k3gen.oracles.{close[0]}'?)" if close else ""
         return [ls.error(("oracle",), f"module '{s.oracle}' not found (looked for "
-                                      f"{module.relative_to(root).as_posix()}){_suggest(s.oracle, known)}; "
+                                      f"{module.relative_to(root).as_posix()}){hint}; "
                                       "give a dotted module path such as k3gen.oracles.NAME")]
     try:
         tree = ast.parse(module.read_text(), filename=str(module))

@@ -234,17 +234,42 @@ class FastMath(SpecModel):
     note: str = Field(description="the accuracy the tests accept for those variants, in words")
 
 
+Layout = Literal["dense", "rows", "col_major"]
+
+
+class TensorCase(SpecModel):
+    """What changes in an output tensor for one value of a param (e.g. the scale format)."""
+
+    dtype: str | None = None
+    shape: list[PyExpr] | None = None
+    layout: Layout | None = None
+
+
 class TensorArg(SpecModel):
     """A tensor argument of the wrapper."""
 
     dtype: str = Field(description="a dtype axis name, or a fixed dtype")
     shape: list[PyExpr] = Field(description="one Python expression per dimension, over dims and params")
-    layout: Literal["dense", "rows", "col_major"] = Field("dense", description=(
+    layout: Layout = Field("dense", description=(
         "dense: contiguous; rows: last dim contiguous, row stride free (passed as T_stride0); "
         "col_major: transposed-contiguous 2-D"))
     output: bool = Field(False, description="allocated by the wrapper unless passed as a keyword")
     optional: bool = Field(False, description="an input that may be None")
-    align: int = Field(16, description="required byte alignment of the data pointer")
+    by: dict[str, dict[Union[int, str], TensorCase]] = Field(
+        default_factory=dict, description="output only: param → value → dtype/shape/layout for that value")
+
+    @model_validator(mode="after")
+    def _cases(self):
+        if self.by and not self.output:
+            raise FieldError("`by` is for outputs; an input's dtype and shape are checked, not chosen", ("by",))
+        if len(self.by) > 1:
+            raise FieldError("`by` takes one param; split the output if it depends on two", ("by",))
+        for param, cases in self.by.items():
+            for value, case in cases.items():
+                if case.shape is not None and len(case.shape) != len(self.shape):
+                    raise FieldError(f"shape has rank {len(case.shape)}, the tensor has rank {len(self.shape)}",
+                                     ("by", param, value, "shape"))
+        return self
 
 
 class ScalarArg(SpecModel):
@@ -303,11 +328,25 @@ class KernelSpec(SpecModel):
             if t.dtype not in axes and t.dtype not in DTYPES:
                 raise FieldError(f"dtype '{t.dtype}' is neither an axis ({', '.join(axes)}) nor a dtype "
                                  f"({', '.join(DTYPES)})", ("signature", "tensors", name, "dtype"))
+        for name, t in self.signature.tensors.items():
+            for param, cases in t.by.items():
+                if param not in self.params:
+                    raise FieldError(f"'{param}' is not a param{_suggest(param, self.params)}; params: "
+                                     f"{', '.join(self.params) or 'none'}", ("signature", "tensors", name, "by", param))
+                for value, case in cases.items():
+                    where = ("signature", "tensors", name, "by", param, value)
+                    if value not in self.params[param].values:
+                        raise FieldError(f"{value!r} is not a value of '{param}' ({self.params[param].values})", where)
+                    if case.dtype is not None and case.dtype not in DTYPES:
+                        raise FieldError(f"'{case.dtype}' is not a dtype; known: {', '.join(DTYPES)}", where + ("dtype",))
         bound = {t.dtype for t in self.signature.tensors.values() if not t.output}
         for axis in axes:
-            if axis not in bound and axis not in self.dtypes.defaults and not any(
-                    t.dtype == axis for t in self.signature.tensors.values()):
+            if not any(t.dtype == axis for t in self.signature.tensors.values()):
                 raise FieldError(f"axis '{axis}' is not the dtype of any tensor; bind it with `dtype: {axis}`",
+                                 ("dtypes", "axes", axis))
+            if axis not in bound and axis not in self.dtypes.defaults:
+                raise FieldError(f"axis '{axis}' is bound only by outputs, which callers may omit; "
+                                 f"give it a default: `defaults: {{{axis}: {{from: AXIS, map: {{...}}}}}}`",
                                  ("dtypes", "axes", axis))
         for flag, f in self.flags.items():
             for i, a in enumerate(f.archs or []):
@@ -349,5 +388,7 @@ class KernelSpec(SpecModel):
 
     def gate_scope(self) -> Scope:
         """Names a gate of this family may use (see k3gen.exprs)."""
+        int_params = [p for p, prm in self.params.items() if all(isinstance(v, int) for v in prm.values)]
         return Scope(runtime=frozenset([*self.signature.dims, *self.signature.scalars]),
-                     constants=dict(self.constants), tensors=frozenset(self.signature.tensors))
+                     constants=dict(self.constants), tensors=frozenset(self.signature.tensors),
+                     locals=frozenset(["vec", *int_params]))

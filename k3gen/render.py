@@ -71,7 +71,9 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
         out[f"{csrc}/dispatch.{TU_EXT[backend]}"] = _render(env, "common/dispatch.cu.j2", p, p=p, **ctx)
     host = dict(common, sources={b: kernel_sources(p, b) for b in p.backends},
                 headers={b: kernel_headers(p, b) for b in p.backends}, torch_dtype=_torch_dtype,
-                dims=test_dims(p), call=wrapper_signature(p), variant_keys=variant_keys(p))
+                dims=test_dims(p), call=wrapper_signature(p), variant_keys=variant_keys(p),
+                tensors=host_tensors(p), dtype_bindings=dtype_bindings(p),
+                outputs=[n for n, t in p.spec.signature.tensors.items() if t.output])
     out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, p=p, **host)
     out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, **host)
     return out
@@ -87,6 +89,42 @@ def wrapper_signature(p: FamilyPlan) -> dict[str, str]:
     params += [f"{n}=None" for n, t in sig.tensors.items() if t.output]
     names = [x.split("=")[0] for x in params]
     return {"params": ", ".join(params), "names": ", ".join(names)}
+
+
+def host_tensors(p: FamilyPlan) -> list[dict]:
+    """Per tensor, inputs first: its checks and its (condition, dtype, shape, spelled shape, layout) cases."""
+    s = p.spec
+    ordered = sorted(s.signature.tensors.items(), key=lambda kv: kv[1].output)
+    out = []
+    for i, (name, t) in enumerate(ordered):
+        base = (t.dtype, t.shape, t.layout)
+        cases = []
+        for param, by_value in t.by.items():
+            for value, case in by_value.items():
+                spec = (case.dtype or t.dtype, case.shape or t.shape, case.layout or t.layout)
+                cases.append((f"{param} == {value!r}", *_tensor_case(s, *spec)))
+        cases.append((None, *_tensor_case(s, *base)))
+        out.append({"name": name, "rank": len(t.shape), "optional": t.optional, "output": t.output,
+                    "device": "" if i == 0 else ", device=device", "cases": cases})
+    return out
+
+
+def _tensor_case(s, dtype: str, shape: list, layout: str) -> tuple[str, str, str, str]:
+    dtype_py = f"dtype_{dtype}" if dtype in s.dtypes.axes else _torch_dtype(dtype)
+    shape_py = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    return dtype_py, shape_py, ", ".join(str(d) for d in shape), layout
+
+
+def dtype_bindings(p: FamilyPlan) -> list[tuple[str, str, str | None]]:
+    """(axis, tensor it is read from, axis its default derives from when that tensor may be omitted)."""
+    s = p.spec
+    out = []
+    for axis in s.dtypes.axes:
+        tensors = [(n, t) for n, t in s.signature.tensors.items() if t.dtype == axis]
+        name, t = min(tensors, key=lambda nt: (nt[1].output or nt[1].optional))
+        derived = s.dtypes.defaults[axis].from_ if (t.output or t.optional) else None
+        out.append((axis, name, derived))
+    return out
 
 
 def variant_keys(p: FamilyPlan) -> list[tuple[str, Variant]]:

@@ -86,24 +86,23 @@ available = MODULE.available
 
 def _resolve(x, beta, linear_beta=None, out=None):
     """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError."""
-    rt.check_tensor(FAMILY, 'x', x, rank=2, layout='rows')
+    rt.check_tensor(FAMILY, 'x', x, rank=2)
     device = x.device
     if out is not None:
-        rt.check_tensor(FAMILY, 'out', out, rank=2, layout='dense', device=device)
+        rt.check_tensor(FAMILY, 'out', out, rank=2, device=device)
+    has_linear_beta = bool(linear_beta is not None)
     M = x.shape[0]
     D = x.shape[1] // 2
     dtype_in = x.dtype
     dtype_out = out.dtype if out is not None else DEFAULT_OUT.get(dtype_in)
-    has_linear_beta = bool(linear_beta is not None)
     variant = VARIANTS.get((dtype_in, dtype_out, has_linear_beta,))
     if variant is None:
         raise rt.uncovered(FAMILY, ['in', 'out'], [dtype_in, dtype_out], MATRIX, EXCLUDED)
     key, vec = variant
-    rt.check_shape(FAMILY, 'x', x, (M, 2 * D), 'M, 2 * D')
-    if out is None:
-        out = rt.empty((M, D), dtype_out, device, 'dense')
-    else:
-        rt.check_shape(FAMILY, 'out', out, (M, D), 'M, D')
+    x_spec = (dtype_in, (M, 2 * D), 'rows', 'M, 2 * D')
+    rt.check_input(FAMILY, 'x', x, *x_spec)
+    out_spec = (dtype_out, (M, D), 'dense', 'M, D')
+    out = rt.prepare_output(FAMILY, 'out', out, *out_spec, device)
     if not ((D % vec) == 0):
         raise rt.gate_failed(FAMILY, 'D % vec == 0', 'each thread moves one 16-byte vector, so D must be a multiple of the vector width', {'D': D, 'vec': vec})
     if not ((x.stride(0) % vec) == 0):
@@ -139,5 +138,5 @@ def situ_and_mul(x, beta, linear_beta=None, out=None):
     """
     key, args, outputs = _resolve(x, beta, linear_beta, out)
     if all(o.numel() > 0 for o in outputs):
-        MODULE.launch(key, args, device=x.device)
+        MODULE.launch(key, args, device=outputs[0].device)
     return outputs[0]

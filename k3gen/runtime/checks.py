@@ -13,7 +13,8 @@ def dtype_name(dtype) -> str:
     return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
-def check_tensor(fn: str, name: str, t, *, rank: int, layout: str, device=None) -> None:
+def check_tensor(fn: str, name: str, t, *, rank: int, device=None) -> None:
+    """Type, device and rank; layout, dtype and shape follow once the variant is known."""
     if not isinstance(t, torch.Tensor):
         raise K3UnsupportedError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cuda":
@@ -22,14 +23,6 @@ def check_tensor(fn: str, name: str, t, *, rank: int, layout: str, device=None) 
         raise K3UnsupportedError(f"{fn}: {name} is on {t.device} but the inputs are on {device}")
     if t.dim() != rank:
         raise K3UnsupportedError(f"{fn}: {name} must have {rank} dimensions, got shape {list(t.shape)}")
-    if layout == "dense" and not t.is_contiguous():
-        raise K3UnsupportedError(f"{fn}: {name} must be contiguous, got strides {list(t.stride())}")
-    if layout == "rows" and t.size(-1) > 1 and t.stride(-1) != 1:
-        raise K3UnsupportedError(f"{fn}: {name} must have a contiguous last dim (stride 1), "
-                                 f"got strides {list(t.stride())}")
-    if layout == "col_major" and not t.t().is_contiguous():
-        raise K3UnsupportedError(f"{fn}: {name} must be column-major (its .t() contiguous), "
-                                 f"got strides {list(t.stride())}")
 
 
 def check_dtype(fn: str, name: str, t, dtype) -> None:
@@ -77,3 +70,29 @@ def empty(shape: tuple, dtype, device, layout: str):
 
 def data_ptr(t) -> int:
     return 0 if t is None else t.data_ptr()
+
+
+def check_layout(fn: str, name: str, t, layout: str) -> None:
+    if layout == "dense" and not t.is_contiguous():
+        raise K3UnsupportedError(f"{fn}: {name} must be contiguous, got strides {list(t.stride())}")
+    if layout == "rows" and t.size(-1) > 1 and t.stride(-1) != 1:
+        raise K3UnsupportedError(f"{fn}: {name} must have a contiguous last dim (stride 1), "
+                                 f"got strides {list(t.stride())}")
+    if layout == "col_major" and not t.t().is_contiguous():
+        raise K3UnsupportedError(f"{fn}: {name} must be column-major (its .t() contiguous), "
+                                 f"got strides {list(t.stride())}")
+
+
+def check_input(fn: str, name: str, t, dtype, shape: tuple, layout: str, spelled: str) -> None:
+    """Dtype (for fixed-dtype inputs; axis dtypes were matched by the variant lookup), shape, layout."""
+    check_dtype(fn, name, t, dtype)
+    check_shape(fn, name, t, shape, spelled)
+    check_layout(fn, name, t, layout)
+
+
+def prepare_output(fn: str, name: str, t, dtype, shape: tuple, layout: str, spelled: str, device):
+    """Allocate the output, or check the caller's: dtype, shape and layout as the spec declares."""
+    if t is None:
+        return empty(shape, dtype, device, layout)
+    check_input(fn, name, t, dtype, shape, layout, spelled)
+    return t

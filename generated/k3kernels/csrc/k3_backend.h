@@ -105,6 +105,43 @@ K3_DEVICE float tanh(float x) {
 // A few fp32 ulps; exp(-x) = inf for very negative x gives exactly 0.
 K3_DEVICE float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 
+// Two floats to two fp8 e4m3fn codes (low byte = a), round to nearest even, saturating to ±448.
+// Callers map NaN first: the contracts send NaN to +448, which the hardware conversion does not.
+#if K3_CUDA
+K3_DEVICE uint16_t fp8x2_e4m3(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+#else
+K3_DEVICE uint8_t fp8_e4m3(float x) {
+  const uint32_t sign = (__float_as_uint(x) >> 24) & 0x80u;
+  const float ax = fminf(fabsf(x), 448.0f);
+  if (ax < 0.015625f) return uint8_t(sign | uint32_t(rintf(ax * 512.0f)));  // subnormals: steps of 2^-9
+  uint32_t u = __float_as_uint(ax);
+  u += 0x7ffffu + ((u >> 20) & 1u);  // round the mantissa to 3 bits, nearest even
+  return uint8_t(sign | ((((u >> 23) - 120u) << 3) | ((u >> 20) & 7u)));
+}
+K3_DEVICE uint16_t fp8x2_e4m3(float a, float b) { return uint16_t(fp8_e4m3(a) | (fp8_e4m3(b) << 8)); }
+#endif
+
+// Lane exchange within a warp (CUDA) or wavefront (HIP).
+template <typename T>
+K3_DEVICE T shfl_xor(T v, int mask) {
+#if K3_CUDA
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#else
+  return __shfl_xor(v, mask);
+#endif
+}
+
+template <typename T>
+K3_DEVICE T shfl_down(T v, unsigned delta) {
+#if K3_CUDA
+  return __shfl_down_sync(0xffffffffu, v, delta);
+#else
+  return __shfl_down(v, delta);
+#endif
+}
+
 // Programmatic dependent launch (sm_90+): wait for the previous grid's writes before reading,
 // and let the next grid start its launch early. Both are no-ops without the launch attribute.
 K3_DEVICE void pdl_wait() {
