@@ -230,7 +230,8 @@ class Param(SpecModel):
 class FastMath(SpecModel):
     """Variants allowed approximate transcendentals, and what that costs in accuracy."""
 
-    when: dict[str, list[DtypeName]] = Field(description="axis → dtypes; a variant matching all is fast-math")
+    when: dict[str, list[Union[int, str]]] = Field(
+        description="dtype axis → dtypes, or param → values; a variant matching every entry is fast-math")
     note: str = Field(description="the accuracy the tests accept for those variants, in words")
 
 
@@ -366,14 +367,16 @@ class KernelSpec(SpecModel):
             if d not in self.signature.dims:
                 raise FieldError(f"'{d}' is not a dim{_suggest(d, self.signature.dims)}; dims: "
                                  f"{', '.join(self.signature.dims)}", ("tests", "dims", d))
-        for axis, values in (self.fast_math.when.items() if self.fast_math else ()):
-            if axis not in axes:
-                raise FieldError(f"'{axis}' is not an axis{_suggest(axis, axes)}; axes: {', '.join(axes)}",
-                                 ("fast_math", "when", axis))
+        for key, values in (self.fast_math.when.items() if self.fast_math else ()):
+            allowed = axes.get(key) or (self.params[key].values if key in self.params else None)
+            if allowed is None:
+                known = [*axes, *self.params]
+                raise FieldError(f"'{key}' is neither a dtype axis nor a param{_suggest(key, known)}; "
+                                 f"known: {', '.join(known)}", ("fast_math", "when", key))
             for i, v in enumerate(values):
-                if v not in axes[axis]:
-                    raise FieldError(f"'{v}' is not on axis '{axis}' ({', '.join(axes[axis])})",
-                                     ("fast_math", "when", axis, i))
+                if v not in allowed:
+                    raise FieldError(f"{v!r} is not a value of '{key}' ({', '.join(map(str, allowed))})",
+                                     ("fast_math", "when", key, i))
         scope = self.gate_scope()
         for i, gate in enumerate(self.gates):
             try:

@@ -50,7 +50,7 @@ class Variant:
     dtypes: dict  # axis -> dtype name
     params: dict  # param -> value
     flags: dict  # call-time flag -> bool
-    fast_math: bool  # approximate transcendentals allowed (spec's fast_math.when)
+    fast_math: bool  # approximate math allowed (the spec's fast_math.when)
     vec: int  # elements per vector access
     key: int  # switch key, the same number in the Python table and the C++ switch
 
@@ -156,7 +156,8 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
         comps = [DTYPES[d].code for d in cell] + [s.params[p].values.index(v) for p, v in params.items()]
         comps += [int(b) for b in fvals]
         key = sum(c << (KEY_BITS * i) for i, c in enumerate(comps))
-        fast = s.fast_math is not None and all(dtypes[a] in vs for a, vs in s.fast_math.when.items())
+        chosen = {**dtypes, **params}
+        fast = s.fast_math is not None and all(chosen[k] in vs for k, vs in s.fast_math.when.items())
         variants.append(Variant(name, dtypes, params, flags, fast, _vector_elements(s, dtypes), key))
     template_sha = _templates_sha256(root, s.template)
     specs = []

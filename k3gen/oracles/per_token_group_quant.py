@@ -65,12 +65,19 @@ def make_args(variant: dict, dims: dict, layout: str, seed: int, device: str = "
 
 
 def check(got, want, variant: dict) -> None:
-    """Bit-exact: q bytes, and scale bits (values for fp32 scales, with the layout's strides)."""
+    """Scale bits exact (with the layout's strides); q bytes exact, or one fp8 code off where the
+    spec declares fast-math (fp32 scales: x * (1/s) rounds differently from x / s near a tie)."""
     (q, scale), (q_ref, scale_ref) = got, want
     assert q.dtype == torch.float8_e4m3fn and q.shape == q_ref.shape
-    mismatch = (q.view(torch.uint8) != q_ref.view(torch.uint8)).nonzero()
+    codes, ref_codes = q.view(torch.uint8).int(), q_ref.view(torch.uint8).int()
+    if variant["fast_math"]:  # same sign, magnitudes (the low 7 bits are ordered) at most one apart
+        off = ((codes & 0x7F) - (ref_codes & 0x7F)).abs() > 1
+        off |= ((codes ^ ref_codes) & 0x80).bool() & ((codes | ref_codes) & 0x7F).bool()
+    else:
+        off = codes != ref_codes
+    mismatch = off.nonzero()
     assert mismatch.numel() == 0, f"{len(mismatch)} q codes differ, first at {mismatch[0].tolist()}: " \
-        f"{q.view(torch.uint8)[tuple(mismatch[0])]} vs {q_ref.view(torch.uint8)[tuple(mismatch[0])]}"
+        f"{codes[tuple(mismatch[0])]} vs {ref_codes[tuple(mismatch[0])]}"
     assert scale.dtype == scale_ref.dtype and scale.shape == scale_ref.shape
     strides = [[st for st, n in zip(t.stride(), t.shape) if n > 1] for t in (scale, scale_ref)]
     assert strides[0] == strides[1], f"scale strides {scale.stride()} != {scale_ref.stride()} (layout)"
