@@ -82,7 +82,7 @@ def case_out_given(op, variant):
 
 
 def reject_odd_width(variant):
-    """D = 260 is not a multiple of any vector width above 4 (fp32 vectors of 4 take it: use 258)."""
+    """D = 258 is not a multiple of any vector width (vec >= 4)."""
     args = make_args(variant, {"M": 2, "D": 258}, "dense", 5)
     return args
 

@@ -36,20 +36,30 @@ typedef cudaError_t k3_error_t;
 
 namespace k3 {
 
-// N elements of T moved by one access (16 bytes for 8 bf16 or 4 fp32).
+// N elements of T, moved in 16-byte accesses (one access for 8 bf16 or 4 fp32; two for 16 bf16).
 template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
+struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Vec {
   T v[N];
 };
 
 template <typename T, int N>
 K3_DEVICE Vec<T, N> load(const T* p) {
-  return *reinterpret_cast<const Vec<T, N>*>(p);
+  constexpr int per_access = sizeof(T) * N < 16 ? N : 16 / int(sizeof(T));
+  Vec<T, N> out;
+#pragma unroll
+  for (int i = 0; i < N / per_access; ++i)
+    *reinterpret_cast<Vec<T, per_access>*>(out.v + i * per_access) =
+        *reinterpret_cast<const Vec<T, per_access>*>(p + i * per_access);
+  return out;
 }
 
 template <typename T, int N>
 K3_DEVICE void store(T* p, const Vec<T, N>& v) {
-  *reinterpret_cast<Vec<T, N>*>(p) = v;
+  constexpr int per_access = sizeof(T) * N < 16 ? N : 16 / int(sizeof(T));
+#pragma unroll
+  for (int i = 0; i < N / per_access; ++i)
+    *reinterpret_cast<Vec<T, per_access>*>(p + i * per_access) =
+        *reinterpret_cast<const Vec<T, per_access>*>(v.v + i * per_access);
 }
 
 template <typename T> K3_DEVICE float to_float(T x);
