@@ -180,11 +180,21 @@ def _cell_of(axes, cell: tuple) -> dict:
     return dict(zip(axes, cell))
 
 
-class Vector(SpecModel):
-    """Elements per thread access: `bytes` of the widest dtype of the variant, or a fixed `elements`."""
+class VectorOverride(SpecModel):
+    """A different width for the matrix cells that match `when` (tuned per dtype pair)."""
 
-    bytes: int | None = Field(None, description="bytes per access of the widest dtype (16 → 8 bf16 or 4 fp32)")
+    when: dict[str, DtypeName] = Field(description="axis → dtype; every named axis must match")
+    bytes: int = Field(description="bytes per thread of the widest dtype for the matching cells")
+    why: str = Field(description="the measurement that justifies the override")
+
+
+class Vector(SpecModel):
+    """Elements per thread: `bytes` of the widest dtype of the variant (moved in 16-byte accesses),
+    or a fixed `elements` count."""
+
+    bytes: int | None = Field(None, description="bytes per thread of the widest dtype (16 → 8 bf16 or 4 fp32)")
     elements: int | None = Field(None, description="a fixed element count, whatever the dtype")
+    overrides: list[VectorOverride] = Field(default_factory=list, description="per-cell widths, first match wins")
 
     @model_validator(mode="after")
     def _one(self):
@@ -192,7 +202,11 @@ class Vector(SpecModel):
             raise FieldError("give exactly one of `bytes: 16` or `elements: 16`")
         n = self.bytes if self.bytes is not None else self.elements
         if n <= 0 or n & (n - 1):
-            raise FieldError(f"{n} is not a power of two; use 4, 8, 16, ...", ("bytes" if self.bytes else "elements",))
+            raise FieldError(f"{n} is not a power of two; use 4, 8, 16, ...",
+                             ("bytes" if self.bytes is not None else "elements",))
+        for i, o in enumerate(self.overrides):
+            if o.bytes <= 0 or o.bytes & (o.bytes - 1):
+                raise FieldError(f"{o.bytes} is not a power of two; use 4, 8, 16, ...", ("overrides", i, "bytes"))
         return self
 
 
@@ -367,6 +381,14 @@ class KernelSpec(SpecModel):
             if d not in self.signature.dims:
                 raise FieldError(f"'{d}' is not a dim{_suggest(d, self.signature.dims)}; dims: "
                                  f"{', '.join(self.signature.dims)}", ("tests", "dims", d))
+        for i, o in enumerate(self.vector.overrides):
+            for axis, dtype in o.when.items():
+                if axis not in axes:
+                    raise FieldError(f"'{axis}' is not an axis{_suggest(axis, axes)}; axes: {', '.join(axes)}",
+                                     ("vector", "overrides", i, "when", axis))
+                if dtype not in axes[axis]:
+                    raise FieldError(f"'{dtype}' is not on axis '{axis}' ({', '.join(axes[axis])})",
+                                     ("vector", "overrides", i, "when", axis))
         for key, values in (self.fast_math.when.items() if self.fast_math else ()):
             allowed = axes.get(key) or (self.params[key].values if key in self.params else None)
             if allowed is None:

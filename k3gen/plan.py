@@ -183,8 +183,10 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
 def _vector_elements(s: KernelSpec, dtypes: dict) -> int:
     if s.vector.elements is not None:
         return s.vector.elements
+    nbytes = next((o.bytes for o in s.vector.overrides if all(dtypes[a] == d for a, d in o.when.items())),
+                  s.vector.bytes)
     widest = max(DTYPES[d].size for d in dtypes.values())
-    return max(1, s.vector.bytes // widest)
+    return max(1, nbytes // widest)
 
 
 def _arg_fields(s: KernelSpec) -> list[ArgField]:
