@@ -333,8 +333,23 @@ class KernelSpec(SpecModel):
     fast_math: FastMath | None = Field(None, description="variants that may use approximate math")
     signature: Signature
     gates: list[Gate] = Field(default_factory=list)
+    tie_order: Union[Literal["lowest_id"], list[int]] = Field(
+        "lowest_id", description="how equal keys are ordered: lowest_id, or a table listing every index, "
+                                 "earlier entries winning ties (routing families)")
     oracle: str = Field(description="module holding reference(), make_args() and the test cases")
     tests: Tests
+
+    @model_validator(mode="after")
+    def _tie_table(self):
+        if isinstance(self.tie_order, list):
+            n = self.constants.get("num_experts")
+            if not isinstance(n, int) or isinstance(n, bool):
+                raise FieldError("a tie-order table needs an integer constant `num_experts`", ("tie_order",))
+            if sorted(self.tie_order) != list(range(n)):
+                missing = sorted(set(range(n)) - set(self.tie_order))[:5]
+                raise FieldError(f"the table must list each of 0..{n - 1} once (num_experts = {n}); "
+                                 f"got {len(self.tie_order)} entries, missing e.g. {missing}", ("tie_order",))
+        return self
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -122,6 +122,16 @@ class FamilyPlan:
         return [(f"{p}_{val}", i) for p, prm in self.spec.params.items() for i, val in enumerate(prm.values)
                 if isinstance(val, str)]
 
+    def tie_rank(self) -> list[int] | None:
+        """Rank of each index in the spec's tie table (lower wins), or None for lowest_id."""
+        table = self.spec.tie_order
+        if table == "lowest_id":
+            return None
+        rank = [0] * len(table)
+        for position, index in enumerate(table):
+            rank[index] = position
+        return rank
+
     def arch_defines(self, arch: str) -> list[str]:
         return [f"-DK3_{f.upper()}={int(arch in (self.spec.flags[f].archs or []))}" for f in self.arch_flags]
 

@@ -60,7 +60,7 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     out = {}
     csrc = f"k3kernels/csrc/{p.name}"
     common = dict(spec=p.spec, constants=_cpp_constants(p), key_bits=KEY_BITS,
-                  matrix_text=matrix_text(p))
+                  matrix_text=matrix_text(p), tie_rank=p.tie_rank())
     out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
     for backend in p.backends:
         header = KERNEL_HEADER[backend].format(name=p.name)

@@ -13,7 +13,9 @@ from k3gen import runtime as rt
 from k3kernels import per_token_group_quant as family
 
 OP = family.per_token_group_quant
-VARIANTS = [
+# What the oracle needs of the spec besides a variant's own parameters.
+SPEC = {"constants": {'block_threads': 256, 'fp8_max': 448.0, 'eps': 1e-10}, "tie_order": 'lowest_id'}
+VARIANTS = [dict(v, **SPEC) for v in [
     {'in': 'bf16', 'group_size': 32, 'scale_format': 'fp32_row', 'fuse_silu_and_mul': False, 'fast_math': True, 'vec': 16},
     {'in': 'bf16', 'group_size': 32, 'scale_format': 'fp32_row', 'fuse_silu_and_mul': True, 'fast_math': True, 'vec': 16},
     {'in': 'bf16', 'group_size': 32, 'scale_format': 'fp32_col', 'fuse_silu_and_mul': False, 'fast_math': True, 'vec': 16},
@@ -68,7 +70,7 @@ VARIANTS = [
     {'in': 'fp32', 'group_size': 128, 'scale_format': 'fp32_col', 'fuse_silu_and_mul': True, 'fast_math': True, 'vec': 16},
     {'in': 'fp32', 'group_size': 128, 'scale_format': 'ue8m0', 'fuse_silu_and_mul': False, 'fast_math': False, 'vec': 16},
     {'in': 'fp32', 'group_size': 128, 'scale_format': 'ue8m0', 'fuse_silu_and_mul': True, 'fast_math': False, 'vec': 16},
-]
+]]
 VARIANT_IDS = [
     'in_bf16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off',
     'in_bf16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on',

@@ -13,7 +13,9 @@ from k3gen import runtime as rt
 from k3kernels import situ_and_mul as family
 
 OP = family.situ_and_mul
-VARIANTS = [
+# What the oracle needs of the spec besides a variant's own parameters.
+SPEC = {"constants": {'block_threads': 256}, "tie_order": 'lowest_id'}
+VARIANTS = [dict(v, **SPEC) for v in [
     {'in': 'bf16', 'out': 'bf16', 'has_linear_beta': False, 'fast_math': True, 'vec': 8},
     {'in': 'bf16', 'out': 'bf16', 'has_linear_beta': True, 'fast_math': True, 'vec': 8},
     {'in': 'fp16', 'out': 'fp16', 'has_linear_beta': False, 'fast_math': True, 'vec': 8},
@@ -22,7 +24,7 @@ VARIANTS = [
     {'in': 'fp32', 'out': 'bf16', 'has_linear_beta': True, 'fast_math': True, 'vec': 4},
     {'in': 'fp32', 'out': 'fp32', 'has_linear_beta': False, 'fast_math': False, 'vec': 4},
     {'in': 'fp32', 'out': 'fp32', 'has_linear_beta': True, 'fast_math': False, 'vec': 4},
-]
+]]
 VARIANT_IDS = [
     'in_bf16__out_bf16__has_linear_beta_off',
     'in_bf16__out_bf16__has_linear_beta_on',

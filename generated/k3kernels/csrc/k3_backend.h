@@ -152,6 +152,28 @@ K3_DEVICE T shfl_down(T v, unsigned delta) {
 #endif
 }
 
+// Inclusive prefix sum across a warp (CUDA: shuffles) or a 64-lane wave (HIP: DPP row shifts and
+// row broadcasts, the wave64 idiom: four in-row steps, then rows 1/3 and 2/3 take their carries).
+K3_DEVICE uint32_t warp_inclusive_scan(uint32_t v) {
+#if K3_CUDA
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const uint32_t up = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += up;
+  }
+  return v;
+#else
+  v += __builtin_amdgcn_update_dpp(0, int(v), 0x111, 0xf, 0xf, false);  // row_shr:1
+  v += __builtin_amdgcn_update_dpp(0, int(v), 0x112, 0xf, 0xf, false);  // row_shr:2
+  v += __builtin_amdgcn_update_dpp(0, int(v), 0x114, 0xf, 0xf, false);  // row_shr:4
+  v += __builtin_amdgcn_update_dpp(0, int(v), 0x118, 0xf, 0xf, false);  // row_shr:8
+  v += __builtin_amdgcn_update_dpp(0, int(v), 0x142, 0xa, 0xf, false);  // row_bcast:15 into rows 1, 3
+  v += __builtin_amdgcn_update_dpp(0, int(v), 0x143, 0xc, 0xf, false);  // row_bcast:31 into rows 2, 3
+  return v;
+#endif
+}
+
 // Programmatic dependent launch (sm_90+): wait for the previous grid's writes before reading,
 // and let the next grid start its launch early. Both are no-ops without the launch attribute.
 K3_DEVICE void pdl_wait() {
