@@ -74,7 +74,35 @@ def bench_per_token_group_quant() -> tuple[list[dict], list[str]]:
     return rows, verdicts
 
 
-FAMILIES = {"situ_and_mul": bench_situ_and_mul, "per_token_group_quant": bench_per_token_group_quant}
+def bench_route_topk() -> tuple[list[dict], list[str]]:
+    from k3gen.oracles import route_topk as oracle
+    from k3kernels import route_topk as fam
+
+    torch._dynamo.config.cache_size_limit = 64
+    e, k = 896, 16
+    rows, verdicts = [], []
+    for dt in ("bf16", "fp32"):
+        variant = {"score": dt, "bias": "fp32", "tie_order": "lowest_id"}
+        ref = torch.compile(lambda s, b: oracle.reference(variant, s, b, k, 1, 1, 1, 2.5), dynamic=False)
+        for m in (1, 16, 128, 1024):
+            scores = torch.randn(m, e, device="cuda").to(oracle.TORCH[dt])
+            bias = torch.randn(e, device="cuda") * 0.1
+            w, ids = fam.route_topk(scores, bias, k, routed_scaling_factor=2.5)
+            nbytes = scores.numel() * scores.element_size() + bias.numel() * 4 + w.numel() * 4 + ids.numel() * 4
+            us = time_graph_us(lambda: fam.route_topk(scores, bias, k, routed_scaling_factor=2.5, out_weights=w,
+                                                      out_ids=ids))
+            cus = time_graph_us(lambda: ref(scores, bias))
+            r = record(family="route_topk", M=m, E=e, K=k, dtypes=f"score {dt}, bias fp32", bytes=nbytes, us=us,
+                       copy_us=copy_us(nbytes), compile_us=cus)
+            rows.append(r)
+            limit = 4.0 if m == 1 else 15.0
+            ok = r["speedup_vs_compile"] >= 4.0 and us <= limit
+            verdicts.append(f"{'ok  ' if ok else 'MISS'} {r['dtypes']:>20} M={m:<5} {us:8.2f} us (target <= {limit}) "
+                            f"compile {cus:7.2f} us  x{r['speedup_vs_compile']:.1f} (target >= 4)")
+    return rows, verdicts
+
+
+FAMILIES = {"route_topk": bench_route_topk, "situ_and_mul": bench_situ_and_mul, "per_token_group_quant": bench_per_token_group_quant}
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
