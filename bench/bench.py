@@ -102,7 +102,44 @@ def bench_route_topk() -> tuple[list[dict], list[str]]:
     return rows, verdicts
 
 
-FAMILIES = {"route_topk": bench_route_topk, "situ_and_mul": bench_situ_and_mul, "per_token_group_quant": bench_per_token_group_quant}
+def bench_route_quant_fused() -> tuple[list[dict], list[str]]:
+    from k3gen.oracles import route_quant_fused as oracle
+    from k3kernels import per_token_group_quant as ptgq
+    from k3kernels import route_quant_fused as fam
+    from k3kernels import route_topk
+
+    torch._dynamo.config.cache_size_limit = 64
+    e, k, h = 896, 16, 3584
+    rows, verdicts = [], []
+    for score, act in (("bf16", "bf16"), ("fp32", "fp32")):
+        variant = {"score": score, "act": act, "tie_order": "lowest_id",
+                   "constants": {"num_experts": e, "top_k": k, "group_size": 32, "hidden": h}}
+        ref = torch.compile(lambda s, b, x: oracle.reference(variant, s, b, x, k), dynamic=False)
+        for m in (1, 16, 64, 256, 1024):
+            s = torch.randn(m, e, device="cuda").to(oracle.TORCH[score])
+            b = torch.randn(e, device="cuda") * 0.1
+            x = torch.randn(m, h, device="cuda").to(oracle.TORCH[act])
+            outs = fam.route_quant_fused(s, b, x, k)
+            names = ("out_weights", "out_ids", "out_q", "out_scale")
+            nbytes = sum(t.numel() * t.element_size() for t in (s, b, x, *outs))
+            us = time_graph_us(lambda: fam.route_quant_fused(s, b, x, k, **dict(zip(names, outs))))
+
+            def separate():
+                route_topk.route_topk(s, b, k, out_weights=outs[0], out_ids=outs[1])
+                ptgq.per_token_group_quant(x, group_size=32, scale_format="ue8m0", out=outs[2], out_scale=outs[3])
+
+            sep_us = time_graph_us(separate)
+            cus = time_graph_us(lambda: ref(s, b, x))
+            r = record(family="route_quant_fused", M=m, dtypes=f"score {score}, act {act}", bytes=nbytes, us=us,
+                       copy_us=copy_us(nbytes), compile_us=cus, separate_us=sep_us)
+            rows.append(r)
+            ok = us < sep_us if m <= 64 else us <= 1.1 * sep_us
+            verdicts.append(f"{'ok  ' if ok else 'MISS'} {r['dtypes']:>20} M={m:<5} fused {us:7.2f} us  "
+                            f"separate {sep_us:7.2f} us  compile {cus:7.2f} us")
+    return rows, verdicts
+
+
+FAMILIES = {"route_topk": bench_route_topk, "route_quant_fused": bench_route_quant_fused, "situ_and_mul": bench_situ_and_mul, "per_token_group_quant": bench_per_token_group_quant}
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:

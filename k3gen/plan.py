@@ -11,6 +11,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jinja2
+import jinja2.meta
+
 from . import __version__
 from .dtypes import DTYPES
 from .errors import SpecErrors
@@ -23,6 +26,9 @@ BACKENDS = ("cuda", "hip")
 TOOLCHAIN = {"cuda": "nvcc", "hip": "hip-clang"}
 ARG_CTYPES = {"ptr": ("const void*", "c_void_p"), "mut_ptr": ("void*", "c_void_p"),
               "i64": ("int64_t", "c_int64"), "i32": ("int32_t", "c_int32"), "f32": ("float", "c_float")}
+# Templates every family renders (see k3gen.render); with the family's kernel.cuh.j2 they make its sources.
+COMMON_TEMPLATES = ["common/k3_backend.h.j2", "common/abi.h.j2", "common/variant.cu.j2", "common/dispatch.cu.j2",
+                    "common/host.py.j2", "common/test.py.j2"]
 KEY_BITS = 4  # bits per switch-key component: dtype codes, param indices and flags all fit
 
 
@@ -215,11 +221,26 @@ def _spec_sha(ls: LoadedSpec) -> str:
 
 
 def _templates_sha256(root: Path, template: str) -> str:
-    """Hash of every template and header a family's sources are rendered from."""
+    """Hash of every template a family's sources are rendered from, fragments it includes too."""
     h = hashlib.sha256()
-    for p in sorted([*(root / "templates" / "common").glob("*"), *(root / "templates" / template).glob("*")]):
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
+    for name in sorted(_template_closure(root, [*COMMON_TEMPLATES, f"{template}/kernel.cuh.j2"])):
+        h.update(name.encode() + b"\0" + (root / "templates" / name).read_bytes())
     return h.hexdigest()
+
+
+def _template_closure(root: Path, names: list[str]) -> set[str]:
+    """The named templates and, transitively, every template they include, import or extend."""
+    env = jinja2.Environment()
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        source = (root / "templates" / name).read_text()
+        todo += [t for t in jinja2.meta.find_referenced_templates(env.parse(source)) if t]
+    return seen
 
 
 def _assert_unique_keys(plans: list[FamilyPlan]) -> None:

@@ -174,6 +174,20 @@ K3_DEVICE uint32_t warp_inclusive_scan(uint32_t v) {
 #endif
 }
 
+// hist[digit] += 1 for each active lane. CUDA lanes with equal digits add once, together
+// (__match_any_sync): routing digits cluster in a few bins, where plain atomics serialize.
+K3_DEVICE void histogram_add(uint32_t* hist, uint32_t digit, bool active) {
+#if K3_CUDA
+  const unsigned lanes = __ballot_sync(0xffffffffu, active);
+  if (active) {
+    const unsigned peers = __match_any_sync(lanes, digit);
+    if (int(threadIdx.x % 32) == __ffs(peers) - 1) atomicAdd(&hist[digit], uint32_t(__popc(peers)));
+  }
+#else
+  if (active) atomicAdd(&hist[digit], 1u);
+#endif
+}
+
 // Programmatic dependent launch (sm_90+): wait for the previous grid's writes before reading,
 // and let the next grid start its launch early. Both are no-ops without the launch attribute.
 K3_DEVICE void pdl_wait() {

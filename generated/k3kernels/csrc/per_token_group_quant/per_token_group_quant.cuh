@@ -6,88 +6,100 @@
 
 namespace k3_per_token_group_quant {
 
-// Each thread owns VEC = 16 consecutive elements; the group_size / 16 threads of a group sit in one
-// warp and reduce amax with xor shuffles. threadIdx.x walks a row, threadIdx.y picks the row.
-// Threads past K stay in the loop (zeros) so every shuffle has its full warp.
+// --- fp8 group quantization (templates/per_token_group_quant/device.cuh.j2) ---
+enum ScaleLayout : int { kScaleRow = 0, kScaleCol = 1, kScaleUe8m0 = 2 };
+
+// One thread's VEC = 16 consecutive elements of row `row`, starting at column `col`. The
+// group_size / 16 threads of a group sit in one warp and reduce amax with xor shuffles; threads
+// past K (active = false) still take part, with zeros, so every shuffle has its full warp.
+template <typename T_in, int group_size, int layout, bool fuse_silu_and_mul, bool FAST_MATH, int VEC>
+K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool active, int64_t K, int64_t M,
+                            int64_t row, uint8_t* __restrict__ q, void* __restrict__ scale) {
+  static_assert(VEC == 16, "16 elements per thread");
+  constexpr int threads_per_group = group_size / VEC;
+  constexpr int per_access = 16 / int(sizeof(T_in));  // elements per 16-byte load
+  const int64_t groups = K / group_size;
+  const int64_t group = col / group_size;
+  const bool group_leader = (col / VEC) % threads_per_group == 0;
+  float v[VEC];
+  const T_in* xr = x_row + col;
+#pragma unroll
+  for (int i = 0; i < VEC / per_access; ++i) {
+    k3::Vec<T_in, per_access> a, b;
+    if (active) {
+      a = k3::load<T_in, per_access>(xr + i * per_access);
+      if constexpr (fuse_silu_and_mul) b = k3::load<T_in, per_access>(xr + K + i * per_access);
+    }
+#pragma unroll
+    for (int j = 0; j < per_access; ++j) {
+      float f = active ? k3::to_float(a.v[j]) : 0.0f;
+      if constexpr (fuse_silu_and_mul) {
+        // silu(g) * up exactly as torch rounds it: g / (1 + exp(-g)), then * up, in fp32.
+        f = active ? f / (1.0f + expf(-f)) * k3::to_float(b.v[j]) : 0.0f;
+      }
+      v[i * per_access + j] = f;
+    }
+  }
+  float amax = 0.0f;  // fmaxf skips NaN: a NaN element does not poison its group's scale
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) amax = fmaxf(amax, fabsf(v[j]));
+#pragma unroll
+  for (int o = 1; o < threads_per_group; o <<= 1) amax = fmaxf(amax, k3::shfl_xor(amax, o));
+  float s = fmaxf(amax, eps) * (1.0f / fp8_max);
+  uint32_t exponent = 0;
+  if constexpr (layout == kScaleUe8m0) {
+    // 2^ceil(log2(s)) from the bits: the exponent, plus one if any mantissa bit is set.
+    const uint32_t bits = __float_as_uint(s);
+    exponent = ((bits >> 23) & 0xffu) + ((bits & 0x7fffffu) != 0u);
+    s = __uint_as_float(exponent << 23);
+  }
+  // A power-of-two s has an exact reciprocal, so x * (1/s) == x / s bit for bit on the UE8M0
+  // path; fp32 scales are FAST_MATH in the spec (one fp8 code at most) or divide exactly.
+  const float inv_s = 1.0f / s;
+  k3::Vec<uint16_t, VEC / 2> codes;
+#pragma unroll
+  for (int j = 0; j < VEC; j += 2) {
+    float y[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const float t = FAST_MATH || layout == kScaleUe8m0 ? v[j + k] * inv_s : v[j + k] / s;
+      y[k] = t != t ? fp8_max : fminf(fmaxf(t, -fp8_max), fp8_max);  // NaN (and inf/inf) → +448
+    }
+    codes.v[j / 2] = k3::fp8x2_e4m3(y[0], y[1]);
+  }
+  if (active) k3::store<uint16_t, VEC / 2>(reinterpret_cast<uint16_t*>(q + row * K + col), codes);
+  if constexpr (layout == kScaleUe8m0) {
+    // Four consecutive groups share one int32 (group g in byte g % 4); missing tail groups are 0.
+    const uint32_t mine = active ? exponent : 0u;
+    const uint32_t b1 = k3::shfl_down(mine, 1 * threads_per_group);
+    const uint32_t b2 = k3::shfl_down(mine, 2 * threads_per_group);
+    const uint32_t b3 = k3::shfl_down(mine, 3 * threads_per_group);
+    const int64_t words = (groups + 3) / 4;
+    if (active && group_leader && group % 4 == 0) {
+      const uint32_t w = mine | (group + 1 < groups ? b1 << 8 : 0u) | (group + 2 < groups ? b2 << 16 : 0u) |
+                         (group + 3 < groups ? b3 << 24 : 0u);
+      static_cast<int32_t*>(scale)[row * words + group / 4] = int32_t(w);
+    }
+  } else if (active && group_leader) {
+    const int64_t at = layout == kScaleCol ? group * M + row : row * groups + group;
+    static_cast<float*>(scale)[at] = s;
+  }
+}
+
+// threadIdx.x walks a row in 16-element steps, threadIdx.y picks the row.
 template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC>
 __global__ void __launch_bounds__(block_threads)
 quant_kernel(const T_in* __restrict__ x, int64_t x_stride0, uint8_t* __restrict__ q, void* __restrict__ scale,
              int64_t M, int64_t K) {
-  static_assert(VEC == 16, "the spec fixes 16 elements per thread");
-  constexpr int threads_per_group = group_size / VEC;
-  constexpr int per_access = 16 / int(sizeof(T_in));  // elements per 16-byte load
+  constexpr int layout = scale_format == scale_format_ue8m0 ? kScaleUe8m0
+                         : scale_format == scale_format_fp32_col ? kScaleCol : kScaleRow;
   k3::pdl_wait();
   k3::pdl_launch_dependents();
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
-  const bool active = col < K;
-  const int64_t groups = K / group_size;
-  const int64_t group = col / group_size;
-  const bool group_leader = threadIdx.x % threads_per_group == 0;
   for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < M;
        row += int64_t(gridDim.y) * blockDim.y) {
-    float v[VEC];
-    const T_in* xr = x + row * x_stride0 + col;
-#pragma unroll
-    for (int i = 0; i < VEC / per_access; ++i) {
-      k3::Vec<T_in, per_access> a, b;
-      if (active) {
-        a = k3::load<T_in, per_access>(xr + i * per_access);
-        if constexpr (fuse_silu_and_mul) b = k3::load<T_in, per_access>(xr + K + i * per_access);
-      }
-#pragma unroll
-      for (int j = 0; j < per_access; ++j) {
-        float f = active ? k3::to_float(a.v[j]) : 0.0f;
-        if constexpr (fuse_silu_and_mul) {
-          // silu(g) * up exactly as torch rounds it: g / (1 + exp(-g)), then * up, in fp32.
-          f = active ? f / (1.0f + expf(-f)) * k3::to_float(b.v[j]) : 0.0f;
-        }
-        v[i * per_access + j] = f;
-      }
-    }
-    float amax = 0.0f;  // fmaxf skips NaN: a NaN element does not poison its group's scale
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) amax = fmaxf(amax, fabsf(v[j]));
-#pragma unroll
-    for (int o = 1; o < threads_per_group; o <<= 1) amax = fmaxf(amax, k3::shfl_xor(amax, o));
-    float s = fmaxf(amax, eps) * (1.0f / fp8_max);
-    uint32_t exponent = 0;
-    if constexpr (scale_format == scale_format_ue8m0) {
-      // 2^ceil(log2(s)) from the bits: the exponent, plus one if any mantissa bit is set.
-      const uint32_t bits = __float_as_uint(s);
-      exponent = ((bits >> 23) & 0xffu) + ((bits & 0x7fffffu) != 0u);
-      s = __uint_as_float(exponent << 23);
-    }
-    // A power-of-two s has an exact reciprocal, so x * (1/s) == x / s bit for bit on the UE8M0
-    // path; fp32 scales are FAST_MATH in the spec (one fp8 code at most) or divide exactly.
-    const float inv_s = 1.0f / s;
-    k3::Vec<uint16_t, VEC / 2> codes;
-#pragma unroll
-    for (int j = 0; j < VEC; j += 2) {
-      float y[2];
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const float t = FAST_MATH || scale_format == scale_format_ue8m0 ? v[j + k] * inv_s : v[j + k] / s;
-        y[k] = t != t ? fp8_max : fminf(fmaxf(t, -fp8_max), fp8_max);  // NaN (and inf/inf) → +448
-      }
-      codes.v[j / 2] = k3::fp8x2_e4m3(y[0], y[1]);
-    }
-    if (active) k3::store<uint16_t, VEC / 2>(reinterpret_cast<uint16_t*>(q + row * K + col), codes);
-    if constexpr (scale_format == scale_format_ue8m0) {
-      // Four consecutive groups share one int32 (group g in byte g % 4); missing tail groups are 0.
-      const uint32_t mine = active ? exponent : 0u;
-      const uint32_t b1 = k3::shfl_down(mine, 1 * threads_per_group);
-      const uint32_t b2 = k3::shfl_down(mine, 2 * threads_per_group);
-      const uint32_t b3 = k3::shfl_down(mine, 3 * threads_per_group);
-      const int64_t words = (groups + 3) / 4;
-      if (active && group_leader && group % 4 == 0) {
-        const uint32_t w = mine | (group + 1 < groups ? b1 << 8 : 0u) | (group + 2 < groups ? b2 << 16 : 0u) |
-                           (group + 3 < groups ? b3 << 24 : 0u);
-        static_cast<int32_t*>(scale)[row * words + group / 4] = int32_t(w);
-      }
-    } else if (active && group_leader) {
-      const int64_t at = scale_format == scale_format_fp32_col ? group * M + row : row * groups + group;
-      static_cast<float*>(scale)[at] = s;
-    }
+    quant_vector<T_in, group_size, layout, fuse_silu_and_mul, FAST_MATH, VEC>(x + row * x_stride0, col, col < K, K, M,
+                                                                              row, q, scale);
   }
 }
 

@@ -19,10 +19,11 @@ K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - uint32_t(e); }
 
 // Shared memory of one routing block.
 struct RouteShared {
-  uint32_t hist[256];
+  uint32_t hist[2][256];  // double-buffered: a pass clears the next pass's buffer
   uint32_t warp_total[1024 / K3_WARP_SIZE];
   uint32_t digit;    // the threshold's digit found by the current pass
   uint32_t k_left;   // how many of the top-K still lie at or below the current prefix
+  uint32_t done;     // the threshold's bin holds exactly the k_left still missing: stop early
   uint32_t n_taken;  // slots of `taken` filled so far
   uint64_t taken_key[64];
   float taken_weight[64];
@@ -30,8 +31,9 @@ struct RouteShared {
   float denom;
 };
 
-// Top-K of one row by radix select over the 48-bit composite key (rank key, tie priority): six
-// 8-bit passes whatever K is; composite keys are unique, so exactly K lie at or above the threshold.
+// Top-K of one row by radix select over the 48-bit composite key (rank key, tie priority): at most
+// six 8-bit passes whatever K is, fewer when a pass isolates the last bin; composite keys are unique,
+// so exactly K lie at or above the threshold.
 // `threads` threads call it together; outputs are sorted by rank key descending, ties in tie order.
 template <typename T_score, typename T_bias, int E, int K, int threads>
 K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
@@ -52,35 +54,42 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
       key[i] = (uint64_t(rank_key(s + k3::to_float(bias[e]))) << 16) | tie_priority(e);
     }
   }
-  if (t == 0) sh.k_left = K;
+  sh.hist[0][t] = 0;
+  if (t == 0) {
+    sh.k_left = K;
+    sh.done = 0;
+  }
+  __syncthreads();
   uint64_t prefix = 0, mask = 0;
 #pragma unroll 1
-  for (int shift = 40; shift >= 0; shift -= 8) {
-    sh.hist[t] = 0;
-    __syncthreads();
+  for (int pass = 0, shift = 40; shift >= 0; ++pass, shift -= 8) {
+    uint32_t* hist = sh.hist[pass & 1];
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
-      const int e = t + i * threads;
-      if (e < E && (key[i] & mask) == prefix) atomicAdd(&sh.hist[(key[i] >> shift) & 0xffu], 1u);
+      const bool candidate = t + i * threads < E && (key[i] & mask) == prefix;
+      k3::histogram_add(hist, uint32_t(key[i] >> shift) & 0xffu, candidate);
     }
     __syncthreads();
     // Thread t holds digit 255 - t, so a prefix sum counts the candidates at or above each digit.
-    const uint32_t count = sh.hist[255 - t];
+    const uint32_t count = hist[255 - t];
     uint32_t at_or_above = k3::warp_inclusive_scan(count);
     const int warp = t / K3_WARP_SIZE;
     if (t % K3_WARP_SIZE == K3_WARP_SIZE - 1) sh.warp_total[warp] = at_or_above;
+    const uint32_t k_left = sh.k_left;  // read before the barrier: one thread rewrites it after
     __syncthreads();
     for (int w = 0; w < warp; ++w) at_or_above += sh.warp_total[w];
-    const uint32_t k_left = sh.k_left;
     if (at_or_above >= k_left && at_or_above - count < k_left) {  // exactly one thread
       sh.digit = 255 - t;
       sh.k_left = k_left - (at_or_above - count);
+      sh.done = sh.k_left == count;
     }
+    sh.hist[(pass + 1) & 1][t] = 0;
     __syncthreads();
     prefix |= uint64_t(sh.digit) << shift;
     mask |= uint64_t(0xffu) << shift;
+    if (sh.done) break;  // every key at or above prefix (lower bits zero) is in the top K
   }
-  // prefix is now the K-th largest composite key: take every key at or above it.
+  // Exactly K keys lie at or above prefix: take them.
   if (t == 0) sh.n_taken = 0;
   __syncthreads();
 #pragma unroll
