@@ -2,7 +2,7 @@
 # One call on the GPU machine: build timings, every generated GPU test, every benchmark.
 # Usage (from the repo root there): bash bench/device_run.sh ; logs and results land in $OUT.
 set -uo pipefail
-OUT=${OUT:-/tmp/k3out}; mkdir -p "$OUT"
+FINAL=${OUT:-/tmp/k3out}; OUT=$(mktemp -d); mkdir -p "$FINAL"
 export PYTHONPATH=$PWD:$PWD/generated PYTHONUNBUFFERED=1 K3GEN_CACHE_DIR=/tmp/k3cache-$$
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 for fam in $(python3 -c "import k3kernels; print(' '.join(k3kernels.FAMILIES))"); do
@@ -19,3 +19,5 @@ PY
 done
 python3 -m pytest generated/tests -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -5
 python3 bench/bench.py --out "$OUT" 2>&1 | grep -v Warning | tee "$OUT/bench.log"
+# The device tool returns at most 8 files: pack everything into one archive.
+tar -czf "$FINAL/k3results.tgz" -C "$OUT" .
