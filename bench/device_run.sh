@@ -17,7 +17,7 @@ print(f"{sys.argv[1]}: {sys.argv[2]} {dt * 1e3:.0f} ms ({len(m.VARIANTS)} varian
 PY
   done
 done
-python3 -m pytest generated/tests -q -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -5
+python3 -m pytest generated/tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -5
 python3 bench/bench.py --out "$OUT" 2>&1 | grep -v Warning | tee "$OUT/bench.log"
 # The device tool returns at most 8 files: pack everything into one archive.
 tar -czf "$FINAL/k3results.tgz" -C "$OUT" .
