@@ -13,7 +13,9 @@ import jinja2
 from .dtypes import DTYPES
 from .plan import KEY_BITS, FamilyPlan, Variant
 
-KERNEL_HEADER = {"cuda": "{name}.cuh", "hip": "{name}_hip.h"}
+# One kernel header serves both backends: k3_backend.h picks the primitives (warp width, shuffles,
+# scans, conversions) from the compiler's own macros; only the translation units differ per backend.
+KERNEL_HEADER = "{name}.cuh"
 TU_EXT = {"cuda": "cu", "hip": "hip"}
 
 
@@ -53,7 +55,7 @@ def kernel_sources(p: FamilyPlan, backend: str) -> list[str]:
 
 
 def kernel_headers(p: FamilyPlan, backend: str) -> list[str]:
-    return [KERNEL_HEADER[backend].format(name=p.name), f"{p.name}_abi.h", "../k3_backend.h"]
+    return [KERNEL_HEADER.format(name=p.name), f"{p.name}_abi.h", "../k3_backend.h"]
 
 
 def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
@@ -62,10 +64,10 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     common = dict(spec=p.spec, constants=_cpp_constants(p), key_bits=KEY_BITS,
                   matrix_text=matrix_text(p), tie_rank=p.tie_rank())
     out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
+    header = KERNEL_HEADER.format(name=p.name)
+    out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **common)
     for backend in p.backends:
-        header = KERNEL_HEADER[backend].format(name=p.name)
         ctx = dict(common, backend=backend, kernel_header=header)
-        out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **ctx)
         for v in p.variants:
             out[f"{csrc}/{v.name}.{TU_EXT[backend]}"] = _render(env, "common/variant.cu.j2", p, p=p, v=v, **ctx)
         out[f"{csrc}/dispatch.{TU_EXT[backend]}"] = _render(env, "common/dispatch.cu.j2", p, p=p, **ctx)
