@@ -17,6 +17,7 @@ from .plan import KEY_BITS, FamilyPlan, Variant
 # scans, conversions) from the compiler's own macros; only the translation units differ per backend.
 KERNEL_HEADER = "{name}.cuh"
 TU_EXT = {"cuda": "cu", "hip": "hip"}
+PY_SCALAR = {"f32": "float", "i32": "int", "i64": "int"}
 
 
 def make_env(root: Path) -> jinja2.Environment:
@@ -45,6 +46,8 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
         for path, text in render_family(env, p).items():
             put(path, text)
     put("k3kernels/__init__.py", _render(env, "common/package_init.py.j2", None, plans=plans))
+    for path, text in render_docs(env, plans).items():
+        put(path, text)
     return files
 
 
@@ -81,6 +84,17 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     return out
 
 
+def render_docs(env: jinja2.Environment, plans: list[FamilyPlan]) -> dict[str, str]:
+    """generated/docs/: one reference page per family and an index; k3gen.docs computes the tables."""
+    from . import docs  # imported here: k3gen.docs reads this module's wrapper_signature and dtype_bindings
+
+    out = {f"docs/{p.name}.md": _render(env, "common/doc.md.j2", p, p=p, spec=p.spec, doc=docs.family_doc(p))
+           for p in plans}
+    out["docs/README.md"] = _render(env, "common/docs_index.md.j2", None, families=docs.index_table(plans),
+                                    legend=docs.arch_legend())
+    return out
+
+
 def wrapper_signature(p: FamilyPlan) -> dict[str, str]:
     """The wrapper's parameter list and the names to forward: inputs, scalars, params, flags, outputs."""
     s, sig = p.spec, p.spec.signature
@@ -90,7 +104,35 @@ def wrapper_signature(p: FamilyPlan) -> dict[str, str]:
     params += [f"{n}={f.default!r}" for n, f in s.flags.items() if f.kwarg]
     params += [f"{n}=None" for n, t in sig.tensors.items() if t.output]
     names = [x.split("=")[0] for x in params]
-    return {"params": ", ".join(params), "names": ", ".join(names)}
+    # The torch custom op: functional (outputs are returned, never passed), every argument typed.
+    typed = [(n, "Optional[torch.Tensor]" if t.optional else "torch.Tensor")
+             for n, t in sig.tensors.items() if not t.output]
+    typed += [(n, f"Optional[{PY_SCALAR[sc.type]}]" if sc.optional else PY_SCALAR[sc.type])
+              for n, sc in sig.scalars.items()]
+    typed += [(n, "str" if any(isinstance(v, str) for v in prm.values) else "int") for n, prm in s.params.items()]
+    typed += [(n, "bool") for n, f in s.flags.items() if f.kwarg]
+    # A dtype axis read from an output (situ_and_mul's `out`) becomes a dtype argument of the op,
+    # which returns its outputs instead of taking them.
+    dtype_args = [f"{axis}_dtype" for axis, _, derived in dtype_bindings(p) if derived]
+    typed += [(n, "Optional[torch.dtype]") for n in dtype_args]
+    outputs = [n for n, t in sig.tensors.items() if t.output]
+    returns = "torch.Tensor" if len(outputs) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(outputs))}]"
+    defaults = {n: sc.default for n, sc in sig.scalars.items() if sc.optional}
+    defaults |= {n: prm.default for n, prm in s.params.items()}
+    defaults |= {n: f.default for n, f in s.flags.items() if f.kwarg}
+    defaults |= {n: None for n, t in sig.tensors.items() if t.optional and not t.output}
+    defaults |= {n: None for n in dtype_args}
+    return {"params": ", ".join(params), "names": ", ".join(names), "op_defaults": defaults,
+            "inputs": [n for n, t in sig.tensors.items() if not t.output], "outputs": outputs,
+            "op_params": ", ".join(f"{n}: {t}" for n, t in typed), "op_names": ", ".join(n for n, _ in typed),
+            "resolve_from_op": ", ".join([*(n for n, _ in typed if n not in dtype_args),
+                                          *(f"{n}={n}" for n in dtype_args)]),
+            "op_from_call": ", ".join([*(n for n, _ in typed if n not in dtype_args),
+                                       *(f"{b[1]}.dtype if {b[1]} is not None else None"
+                                         for b in dtype_bindings(p) if b[2])]),
+            "dtype_args": dtype_args,
+            "dtype_arg_outputs": {f"{axis}_dtype": t for axis, t, derived in dtype_bindings(p) if derived},
+            "op_returns": returns}
 
 
 def host_tensors(p: FamilyPlan) -> list[dict]:

@@ -8,6 +8,7 @@ spec's, and match the C++ switch in csrc/per_token_group_quant/dispatch.*. Needs
 from __future__ import annotations
 
 import ctypes
+from typing import Optional
 
 import torch
 
@@ -119,8 +120,11 @@ build = MODULE.build
 available = MODULE.available
 
 
-def _resolve(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None):
-    """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError."""
+def _resolve(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None, *, fake=False):
+    """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError.
+
+    With fake=True (torch.compile's fake tensors: shapes, no data) stop once the outputs exist.
+    """
     rt.check_tensor(FAMILY, 'x', x, rank=2)
     device = x.device
     if out is not None:
@@ -148,6 +152,8 @@ def _resolve(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False
     else:
         out_scale_spec = (torch.float32, (M, K // group_size), 'dense', 'M, K // group_size')
     out_scale = rt.prepare_output(FAMILY, 'out_scale', out_scale, *out_scale_spec, device)
+    if fake:
+        return None, None, (out, out_scale,)
     if not ((K % group_size) == 0):
         raise rt.gate_failed(FAMILY, 'K % group_size == 0', 'groups of group_size consecutive elements must tile K exactly', {'K': K, 'group_size': group_size})
     if not ((x.stride(0) % vec) == 0):
@@ -174,13 +180,36 @@ def covered(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False,
     return True
 
 
+@torch.library.custom_op("k3kernels::per_token_group_quant", mutates_args=())
+def _op(x: torch.Tensor, group_size: int, scale_format: str, fuse_silu_and_mul: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The family as a torch custom op: opaque to torch.compile (no graph break), captured by CUDA graphs."""
+    return _run(*_resolve(x, group_size, scale_format, fuse_silu_and_mul))
+
+
+@_op.register_fake
+def _op_fake(x: torch.Tensor, group_size: int, scale_format: str, fuse_silu_and_mul: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _unpack(_resolve(x, group_size, scale_format, fuse_silu_and_mul, fake=True)[2])
+
+
+def _run(key, args, outputs):
+    if all(o.numel() > 0 for o in outputs):
+        MODULE.launch(key, args, device=outputs[0].device)
+    return _unpack(outputs)
+
+
+def _unpack(outputs):
+    return tuple(outputs)
+
+
 def per_token_group_quant(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None):
     """q = fp8_e4m3(clamp(x / s, -448, 448)), s = max(|group|, 1e-10) / 448 per group of G elements
 
     Raises K3UnsupportedError (a ValueError) naming the allowed matrix or the failed gate when the
-    call is not covered, and K3BuildError when the kernels do not compile.
+    call is not covered, and K3BuildError when the kernels do not compile. Under torch.compile the
+    call goes through the custom op torch.ops.k3kernels.per_token_group_quant; outputs passed as out= are
+    then filled by a copy.
     """
-    key, args, outputs = _resolve(x, group_size, scale_format, fuse_silu_and_mul, out, out_scale)
-    if all(o.numel() > 0 for o in outputs):
-        MODULE.launch(key, args, device=outputs[0].device)
-    return outputs
+    if torch.compiler.is_compiling():
+        result = _op(x, group_size, scale_format, fuse_silu_and_mul)
+        return tuple(r if o is None else o.copy_(r) for r, o in zip(result, (out, out_scale)))
+    return _run(*_resolve(x, group_size, scale_format, fuse_silu_and_mul, out, out_scale))

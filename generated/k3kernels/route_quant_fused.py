@@ -8,6 +8,7 @@ spec's, and match the C++ switch in csrc/route_quant_fused/dispatch.*. Needs tor
 from __future__ import annotations
 
 import ctypes
+from typing import Optional
 
 import torch
 
@@ -84,8 +85,11 @@ build = MODULE.build
 available = MODULE.available
 
 
-def _resolve(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None, out_q=None, out_scale=None):
-    """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError."""
+def _resolve(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None, out_q=None, out_scale=None, *, fake=False):
+    """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError.
+
+    With fake=True (torch.compile's fake tensors: shapes, no data) stop once the outputs exist.
+    """
     rt.check_tensor(FAMILY, 'scores', scores, rank=2)
     device = scores.device
     rt.check_tensor(FAMILY, 'bias', bias, rank=1, device=device)
@@ -119,6 +123,8 @@ def _resolve(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormaliz
     out_q = rt.prepare_output(FAMILY, 'out_q', out_q, *out_q_spec, device)
     out_scale_spec = (torch.int32, (M, (hidden // group_size + 3) // 4), 'dense', 'M, (hidden // group_size + 3) // 4')
     out_scale = rt.prepare_output(FAMILY, 'out_scale', out_scale, *out_scale_spec, device)
+    if fake:
+        return None, None, (out_weights, out_ids, out_q, out_scale,)
     if not (topk == 16):
         raise rt.gate_failed(FAMILY, 'topk == top_k', 'K is compiled in (constants.top_k); another K is another spec instance', {'topk': topk})
     if not (M <= 1024):
@@ -156,13 +162,36 @@ def covered(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize
     return True
 
 
+@torch.library.custom_op("k3kernels::route_quant_fused", mutates_args=())
+def _op(scores: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, topk: int, num_expert_group: Optional[int], topk_group: Optional[int], renormalize: Optional[int], routed_scaling_factor: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The family as a torch custom op: opaque to torch.compile (no graph break), captured by CUDA graphs."""
+    return _run(*_resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor))
+
+
+@_op.register_fake
+def _op_fake(scores: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, topk: int, num_expert_group: Optional[int], topk_group: Optional[int], renormalize: Optional[int], routed_scaling_factor: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _unpack(_resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, fake=True)[2])
+
+
+def _run(key, args, outputs):
+    if all(o.numel() > 0 for o in outputs):
+        MODULE.launch(key, args, device=outputs[0].device)
+    return _unpack(outputs)
+
+
+def _unpack(outputs):
+    return tuple(outputs)
+
+
 def route_quant_fused(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None, out_q=None, out_scale=None):
     """route_topk of scores [M, E] and UE8M0 fp8 quant of x [M, H] in one launch (blocks 0..M-1 route, M..2M-1 quantize)
 
     Raises K3UnsupportedError (a ValueError) naming the allowed matrix or the failed gate when the
-    call is not covered, and K3BuildError when the kernels do not compile.
+    call is not covered, and K3BuildError when the kernels do not compile. Under torch.compile the
+    call goes through the custom op torch.ops.k3kernels.route_quant_fused; outputs passed as out= are
+    then filled by a copy.
     """
-    key, args, outputs = _resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids, out_q, out_scale)
-    if all(o.numel() > 0 for o in outputs):
-        MODULE.launch(key, args, device=outputs[0].device)
-    return outputs
+    if torch.compiler.is_compiling():
+        result = _op(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor)
+        return tuple(r if o is None else o.copy_(r) for r, o in zip(result, (out_weights, out_ids, out_q, out_scale)))
+    return _run(*_resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids, out_q, out_scale))

@@ -8,6 +8,7 @@ spec's, and match the C++ switch in csrc/route_topk_e256/dispatch.*. Needs torch
 from __future__ import annotations
 
 import ctypes
+from typing import Optional
 
 import torch
 
@@ -74,8 +75,11 @@ build = MODULE.build
 available = MODULE.available
 
 
-def _resolve(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None):
-    """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError."""
+def _resolve(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None, *, fake=False):
+    """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError.
+
+    With fake=True (torch.compile's fake tensors: shapes, no data) stop once the outputs exist.
+    """
     rt.check_tensor(FAMILY, 'scores', scores, rank=2)
     device = scores.device
     rt.check_tensor(FAMILY, 'bias', bias, rank=1, device=device)
@@ -98,6 +102,8 @@ def _resolve(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1
     out_weights = rt.prepare_output(FAMILY, 'out_weights', out_weights, *out_weights_spec, device)
     out_ids_spec = (torch.int32, (M, top_k), 'dense', 'M, top_k')
     out_ids = rt.prepare_output(FAMILY, 'out_ids', out_ids, *out_ids_spec, device)
+    if fake:
+        return None, None, (out_weights, out_ids,)
     if not (topk == 8):
         raise rt.gate_failed(FAMILY, 'topk == top_k', 'K is compiled in (constants.top_k); another K is another spec instance', {'topk': topk})
     if not (M <= 1024):
@@ -129,13 +135,36 @@ def covered(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1,
     return True
 
 
+@torch.library.custom_op("k3kernels::route_topk_e256", mutates_args=())
+def _op(scores: torch.Tensor, bias: torch.Tensor, topk: int, num_expert_group: Optional[int], topk_group: Optional[int], renormalize: Optional[int], routed_scaling_factor: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The family as a torch custom op: opaque to torch.compile (no graph break), captured by CUDA graphs."""
+    return _run(*_resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor))
+
+
+@_op.register_fake
+def _op_fake(scores: torch.Tensor, bias: torch.Tensor, topk: int, num_expert_group: Optional[int], topk_group: Optional[int], renormalize: Optional[int], routed_scaling_factor: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    return _unpack(_resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, fake=True)[2])
+
+
+def _run(key, args, outputs):
+    if all(o.numel() > 0 for o in outputs):
+        MODULE.launch(key, args, device=outputs[0].device)
+    return _unpack(outputs)
+
+
+def _unpack(outputs):
+    return tuple(outputs)
+
+
 def route_topk_e256(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None):
     """ids, weights = top-8 of 256 experts by sigmoid(score) + bias (radix select); weights = sigmoid(score), renormalized
 
     Raises K3UnsupportedError (a ValueError) naming the allowed matrix or the failed gate when the
-    call is not covered, and K3BuildError when the kernels do not compile.
+    call is not covered, and K3BuildError when the kernels do not compile. Under torch.compile the
+    call goes through the custom op torch.ops.k3kernels.route_topk_e256; outputs passed as out= are
+    then filled by a copy.
     """
-    key, args, outputs = _resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids)
-    if all(o.numel() > 0 for o in outputs):
-        MODULE.launch(key, args, device=outputs[0].device)
-    return outputs
+    if torch.compiler.is_compiling():
+        result = _op(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor)
+        return tuple(r if o is None else o.copy_(r) for r, o in zip(result, (out_weights, out_ids)))
+    return _run(*_resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids))

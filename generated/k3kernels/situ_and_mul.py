@@ -8,6 +8,7 @@ spec's, and match the C++ switch in csrc/situ_and_mul/dispatch.*. Needs torch on
 from __future__ import annotations
 
 import ctypes
+from typing import Optional
 
 import torch
 
@@ -84,8 +85,11 @@ build = MODULE.build
 available = MODULE.available
 
 
-def _resolve(x, beta, linear_beta=None, out=None):
-    """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError."""
+def _resolve(x, beta, linear_beta=None, out=None, *, out_dtype=None, fake=False):
+    """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError.
+
+    With fake=True (torch.compile's fake tensors: shapes, no data) stop once the outputs exist.
+    """
     rt.check_tensor(FAMILY, 'x', x, rank=2)
     device = x.device
     if out is not None:
@@ -94,7 +98,7 @@ def _resolve(x, beta, linear_beta=None, out=None):
     M = x.shape[0]
     D = x.shape[1] // 2
     dtype_in = x.dtype
-    dtype_out = out.dtype if out is not None else DEFAULT_OUT.get(dtype_in)
+    dtype_out = out.dtype if out is not None else out_dtype or DEFAULT_OUT.get(dtype_in)
     variant = VARIANTS.get((dtype_in, dtype_out, has_linear_beta,))
     if variant is None:
         raise rt.uncovered(FAMILY, ['in', 'out'], [dtype_in, dtype_out], MATRIX, EXCLUDED)
@@ -103,6 +107,8 @@ def _resolve(x, beta, linear_beta=None, out=None):
     rt.check_input(FAMILY, 'x', x, *x_spec)
     out_spec = (dtype_out, (M, D), 'dense', 'M, D')
     out = rt.prepare_output(FAMILY, 'out', out, *out_spec, device)
+    if fake:
+        return None, None, (out,)
     if not ((D % vec) == 0):
         raise rt.gate_failed(FAMILY, 'D % vec == 0', 'each thread moves vec consecutive elements (16 or 32 bytes of the widest dtype), so D must be a multiple of vec', {'D': D, 'vec': vec})
     if not ((x.stride(0) % vec) == 0):
@@ -130,13 +136,36 @@ def covered(x, beta, linear_beta=None, out=None) -> bool:
     return True
 
 
+@torch.library.custom_op("k3kernels::situ_and_mul", mutates_args=())
+def _op(x: torch.Tensor, beta: float, linear_beta: Optional[float], out_dtype: Optional[torch.dtype]) -> torch.Tensor:
+    """The family as a torch custom op: opaque to torch.compile (no graph break), captured by CUDA graphs."""
+    return _run(*_resolve(x, beta, linear_beta, out_dtype=out_dtype))
+
+
+@_op.register_fake
+def _op_fake(x: torch.Tensor, beta: float, linear_beta: Optional[float], out_dtype: Optional[torch.dtype]) -> torch.Tensor:
+    return _unpack(_resolve(x, beta, linear_beta, out_dtype=out_dtype, fake=True)[2])
+
+
+def _run(key, args, outputs):
+    if all(o.numel() > 0 for o in outputs):
+        MODULE.launch(key, args, device=outputs[0].device)
+    return _unpack(outputs)
+
+
+def _unpack(outputs):
+    return outputs[0]
+
+
 def situ_and_mul(x, beta, linear_beta=None, out=None):
     """out = beta*tanh(g/beta)*sigmoid(g) * linear_beta*tanh(u/linear_beta), g|u = halves of x's rows
 
     Raises K3UnsupportedError (a ValueError) naming the allowed matrix or the failed gate when the
-    call is not covered, and K3BuildError when the kernels do not compile.
+    call is not covered, and K3BuildError when the kernels do not compile. Under torch.compile the
+    call goes through the custom op torch.ops.k3kernels.situ_and_mul; outputs passed as out= are
+    then filled by a copy.
     """
-    key, args, outputs = _resolve(x, beta, linear_beta, out)
-    if all(o.numel() > 0 for o in outputs):
-        MODULE.launch(key, args, device=outputs[0].device)
-    return outputs[0]
+    if torch.compiler.is_compiling():
+        result = _op(x, beta, linear_beta, out.dtype if out is not None else None)
+        return result if out is None else out.copy_(result)
+    return _run(*_resolve(x, beta, linear_beta, out))

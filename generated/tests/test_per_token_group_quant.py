@@ -131,6 +131,12 @@ DIMS = [{'M': 1, 'K': 128}, {'M': 1, 'K': 3584}, {'M': 1, 'K': 7168}, {'M': 3, '
 LAYOUTS = ['dense', 'strided']
 CASES = ['empty', 'zeros', 'nan', 'inf', 'fp8_limits', 'subnormal', 'out_given', 'noncontiguous']
 EXCLUDED = []
+# The custom op's arguments in order, and the defaults of those a call may leave out.
+OP_ARGS = ['x', 'group_size', 'scale_format', 'fuse_silu_and_mul']
+OP_DEFAULTS = {'group_size': 128, 'scale_format': 'fp32_row', 'fuse_silu_and_mul': False}
+INPUTS = ['x']
+DTYPE_ARGS = {}  # op argument -> the output whose dtype it carries
+OUTPUTS = ['out', 'out_scale']
 REJECTS = [
     ('k_not_multiple', 'K % group_size == 0'),
     ('misaligned_stride', 'x.stride0 % vec == 0'),
@@ -184,6 +190,68 @@ def test_gate_refuses(variant, name, gate):
     with pytest.raises(rt.K3UnsupportedError, match=re.escape(f"gate `{gate}` failed")):
         OP(**args)
     assert not family.covered(**args)
+
+
+def _op_call(args: dict):
+    return getattr(torch.ops.k3kernels, 'per_token_group_quant')(*[args.get(n, OP_DEFAULTS.get(n)) for n in OP_ARGS])
+
+
+def _as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _layout(t):
+    return t.dtype, tuple(t.shape), [s for s, n in zip(t.stride(), t.shape) if n > 1]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_fake_outputs_match_oracle(variant):
+    """What torch.compile sees of the custom op (fake tensors: no GPU, no data) matches the oracle's
+    output dtypes, shapes and strides."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    real = oracle.make_args(variant, DIMS[0], LAYOUTS[-1], 0, device="cpu")
+    real |= {arg: real[out].dtype for arg, out in DTYPE_ARGS.items() if real.get(out) is not None}
+    real = {k: v for k, v in real.items() if k not in OUTPUTS}
+    inputs = {k: v for k, v in real.items() if k not in DTYPE_ARGS}
+    want = _as_tuple(oracle.reference(variant, **inputs))  # the oracle is plain torch: it runs on the CPU
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        args = {k: torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="cuda")
+                if isinstance(v, torch.Tensor) else v for k, v in real.items()}
+        got = _as_tuple(_op_call(args))
+    assert [_layout(t) for t in got] == [_layout(t) for t in want]
+
+
+@needs_gpu
+@pytest.mark.parametrize("variant", [VARIANTS[0], VARIANTS[-1]], ids=[VARIANT_IDS[0], VARIANT_IDS[-1]])
+def test_torch_compile_fullgraph(built, variant):
+    """Under torch.compile(fullgraph=True) the op is one opaque node: no graph break, same results."""
+    torch._dynamo.reset()
+    args = oracle.make_args(variant, DIMS[0], LAYOUTS[-1], _seed("compile", variant))
+    compiled = torch.compile(lambda kw: OP(**kw), fullgraph=True)
+    oracle.check(compiled(args), oracle.reference(variant, **args), variant)
+
+
+@needs_gpu
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_cuda_graph_replay(built, variant):
+    """Captured once in a CUDA graph, a replay on new inputs matches the oracle."""
+    dims = DIMS[len(DIMS) // 2]
+    args = oracle.make_args(variant, dims, "dense", _seed("graph", variant))
+    outputs = _as_tuple(OP(**args))
+    captured = dict(args, **dict(zip(OUTPUTS, outputs)))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        OP(**captured)
+    fresh = oracle.make_args(variant, dims, "dense", _seed("graph", variant) + 1)
+    for name in INPUTS:
+        if captured.get(name) is not None:
+            captured[name].copy_(fresh[name])
+    graph.replay()
+    torch.cuda.synchronize()
+    got = outputs if len(outputs) > 1 else outputs[0]
+    oracle.check(got, oracle.reference(variant, **{k: v for k, v in captured.items() if k not in OUTPUTS}), variant)
 
 
 @pytest.mark.parametrize("variant", VARIANTS[:1], ids=VARIANT_IDS[:1])

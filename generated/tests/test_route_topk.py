@@ -29,6 +29,12 @@ DIMS = [{'M': 1}, {'M': 2}, {'M': 16}, {'M': 255}, {'M': 1024}]
 LAYOUTS = ['dense', 'strided']
 CASES = ['all_equal', 'ties_at_k', 'nan', 'signed_zero', 'huge_negative_bias', 'saturated', 'renormalize_off', 'nonpositive_sum', 'scaling_factor', 'graph_replay', 'reproducible']
 EXCLUDED = [({'score': 'fp32', 'bias': 'bf16'}, 'the bias is fp32 or the score dtype; a bf16 bias beside fp32 scores loses its precision')]
+# The custom op's arguments in order, and the defaults of those a call may leave out.
+OP_ARGS = ['scores', 'bias', 'topk', 'num_expert_group', 'topk_group', 'renormalize', 'routed_scaling_factor']
+OP_DEFAULTS = {'num_expert_group': 1, 'topk_group': 1, 'renormalize': 1, 'routed_scaling_factor': 1.0}
+INPUTS = ['scores', 'bias']
+DTYPE_ARGS = {}  # op argument -> the output whose dtype it carries
+OUTPUTS = ['out_weights', 'out_ids']
 REJECTS = [
     ('wrong_topk', 'topk == top_k'),
     ('too_many_tokens', 'M <= max_tokens'),
@@ -82,6 +88,68 @@ def test_gate_refuses(variant, name, gate):
     with pytest.raises(rt.K3UnsupportedError, match=re.escape(f"gate `{gate}` failed")):
         OP(**args)
     assert not family.covered(**args)
+
+
+def _op_call(args: dict):
+    return getattr(torch.ops.k3kernels, 'route_topk')(*[args.get(n, OP_DEFAULTS.get(n)) for n in OP_ARGS])
+
+
+def _as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _layout(t):
+    return t.dtype, tuple(t.shape), [s for s, n in zip(t.stride(), t.shape) if n > 1]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_fake_outputs_match_oracle(variant):
+    """What torch.compile sees of the custom op (fake tensors: no GPU, no data) matches the oracle's
+    output dtypes, shapes and strides."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    real = oracle.make_args(variant, DIMS[0], LAYOUTS[-1], 0, device="cpu")
+    real |= {arg: real[out].dtype for arg, out in DTYPE_ARGS.items() if real.get(out) is not None}
+    real = {k: v for k, v in real.items() if k not in OUTPUTS}
+    inputs = {k: v for k, v in real.items() if k not in DTYPE_ARGS}
+    want = _as_tuple(oracle.reference(variant, **inputs))  # the oracle is plain torch: it runs on the CPU
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        args = {k: torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="cuda")
+                if isinstance(v, torch.Tensor) else v for k, v in real.items()}
+        got = _as_tuple(_op_call(args))
+    assert [_layout(t) for t in got] == [_layout(t) for t in want]
+
+
+@needs_gpu
+@pytest.mark.parametrize("variant", [VARIANTS[0], VARIANTS[-1]], ids=[VARIANT_IDS[0], VARIANT_IDS[-1]])
+def test_torch_compile_fullgraph(built, variant):
+    """Under torch.compile(fullgraph=True) the op is one opaque node: no graph break, same results."""
+    torch._dynamo.reset()
+    args = oracle.make_args(variant, DIMS[0], LAYOUTS[-1], _seed("compile", variant))
+    compiled = torch.compile(lambda kw: OP(**kw), fullgraph=True)
+    oracle.check(compiled(args), oracle.reference(variant, **args), variant)
+
+
+@needs_gpu
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANT_IDS)
+def test_cuda_graph_replay(built, variant):
+    """Captured once in a CUDA graph, a replay on new inputs matches the oracle."""
+    dims = DIMS[len(DIMS) // 2]
+    args = oracle.make_args(variant, dims, "dense", _seed("graph", variant))
+    outputs = _as_tuple(OP(**args))
+    captured = dict(args, **dict(zip(OUTPUTS, outputs)))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        OP(**captured)
+    fresh = oracle.make_args(variant, dims, "dense", _seed("graph", variant) + 1)
+    for name in INPUTS:
+        if captured.get(name) is not None:
+            captured[name].copy_(fresh[name])
+    graph.replay()
+    torch.cuda.synchronize()
+    got = outputs if len(outputs) > 1 else outputs[0]
+    oracle.check(got, oracle.reference(variant, **{k: v for k, v in captured.items() if k not in OUTPUTS}), variant)
 
 
 @pytest.mark.parametrize("variant", VARIANTS[:1], ids=VARIANT_IDS[:1])

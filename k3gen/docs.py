@@ -1,0 +1,208 @@
+"""The reference docs of each family (generated/docs/), computed from the plan as tables of text.
+
+Every table is built here, cell by cell, so templates/common/doc.md.j2 only prints them. Text is
+escaped for Markdown table cells; nothing depends on the time or the machine, so the pages are as
+deterministic as the rest of generated/.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from .dtypes import DTYPES
+from .plan import FamilyPlan
+from .support import COMPILED, DECLARED, HIP_COMPILED_IN_CI, RUN, RUN_ON_GPU, arch_state
+
+
+@dataclass(frozen=True)
+class Table:
+    """A Markdown table: header cells and rows of cells, already escaped."""
+
+    header: list[str]
+    rows: list[list[str]]
+
+
+def cell(text) -> str:
+    """Text safe inside a Markdown table cell: pipes escaped, one line."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def code(text) -> str:
+    """Inline code, with a longer fence when the text itself holds a backtick."""
+    text = str(text)
+    fence = "``" if "`" in text else "`"
+    pad = " " if fence == "``" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _table(header, rows) -> Table:
+    return Table([cell(h) for h in header], [[cell(c) for c in r] for r in rows])
+
+
+def _status(p: FamilyPlan, values: tuple) -> str:
+    cellmap = dict(zip(p.spec.dtypes.axes, values))
+    for excluded, reason in p.excluded:
+        if excluded == cellmap:
+            return f"excluded: {reason}"
+    return "generated"
+
+
+def matrix_table(p: FamilyPlan) -> Table:
+    """One axis: a row per dtype. Two: rows × columns. More: one row per cell of the product."""
+    axes = p.spec.dtypes.axes
+    names = list(axes)
+    if len(names) == 1:
+        return _table([names[0], "cell"], [[d, _status(p, (d,))] for d in axes[names[0]]])
+    if len(names) == 2:
+        rows_axis, cols_axis = names
+        header = [f"{rows_axis} \\ {cols_axis}", *axes[cols_axis]]
+        return _table(header, [[f"**{r}**", *(_status(p, (r, c)) for c in axes[cols_axis])]
+                               for r in axes[rows_axis]])
+    return _table([*names, "cell"], [[*values, _status(p, values)] for values in itertools.product(*axes.values())])
+
+
+def defaults_table(p: FamilyPlan) -> Table | None:
+    from .render import dtype_bindings  # the wrapper reads each axis from these tensors
+
+    bound = {axis: tensor for axis, tensor, _ in dtype_bindings(p)}
+    rows = [[axis, f"`{bound[axis]}` is not given", d.from_, ", ".join(f"{s} → {t}" for s, t in d.map.items())]
+            for axis, d in p.spec.dtypes.defaults.items()]
+    return _table(["axis", "used when", "derived from", "map"], rows) if rows else None
+
+
+def knobs_table(p: FamilyPlan) -> Table | None:
+    """Params and flags: what they are, their values, and who chooses them."""
+    s = p.spec
+    targets = [*s.targets.cuda, *s.targets.hip]
+    rows = []
+    for name, prm in s.params.items():
+        rows.append([f"`{name}`", "param", ", ".join(map(str, prm.values)), f"keyword argument `{name}=`",
+                     str(prm.default)])
+    for name, f in s.flags.items():
+        if f.archs is not None:
+            off = [a for a in targets if a not in f.archs]
+            chosen = f"per arch: on for {', '.join(f.archs)}" + (f"; off for {', '.join(off)}" if off else "")
+            rows.append([f"`{name}`", "flag (per arch)", "on, off", chosen, "—"])
+        elif f.select is not None:
+            rows.append([f"`{name}`", "flag (per call)", "on, off", f"on when {code(f.select)}", "—"])
+        else:
+            rows.append([f"`{name}`", "flag (per call)", "on, off", f"keyword argument `{name}=`",
+                         "on" if f.default else "off"])
+    return _table(["name", "kind", "values", "chosen", "default"], rows) if rows else None
+
+
+def fast_math_text(p: FamilyPlan) -> str | None:
+    fm = p.spec.fast_math
+    if fm is None:
+        return None
+    when = " and ".join(f"`{k}` ∈ {{{', '.join(map(str, vs))}}}" for k, vs in fm.when.items())
+    return f"Variants where {when} may use approximate math: {fm.note}"
+
+
+def vector_rule(p: FamilyPlan) -> str:
+    v = p.spec.vector
+    if v.elements is not None:
+        rule = f"{v.elements} elements per thread, whatever the dtype."
+    else:
+        rule = f"{v.bytes} bytes of the variant's widest dtype per thread."
+    for o in v.overrides:
+        when = ", ".join(f"{a}={d}" for a, d in o.when.items())
+        rule += f" Where {when}: {o.bytes} bytes ({o.why})."
+    return rule
+
+
+def vector_table(p: FamilyPlan) -> Table:
+    rows = []
+    for v in p.variants:
+        widest = max(DTYPES[d].size for d in v.dtypes.values())
+        rows.append([v.label.replace(", fast_math", ""), str(v.vec), str(v.vec * widest),
+                     "yes" if v.fast_math else "no"])
+    return _table(["variant", "vec (elements)", "bytes of the widest dtype", "fast math"], rows)
+
+
+def arch_table(p: FamilyPlan) -> Table:
+    per_arch = len(p.variants)
+    rows = []
+    for backend in p.backends:
+        for arch in p.archs(backend):
+            state = arch_state(backend, arch)
+            compiled = "yes" if state in (COMPILED, RUN) else "no"
+            ran = f"yes ({RUN_ON_GPU[arch]})" if state == RUN else "no"
+            rows.append([arch, backend, compiled, ran, f"**{state}**", str(per_arch)])
+    return _table(["arch", "backend", "compiled in CI", "run on a GPU", "state", "specializations"], rows)
+
+
+def arch_legend() -> list[str]:
+    """The three states in words, from k3gen.support."""
+    gpus = ", ".join(f"{a} ({g})" for a, g in RUN_ON_GPU.items())
+    return [f"**{RUN}**: the generated tests ran and passed on {gpus}; such an arch is compiled in CI too.",
+            f"**{COMPILED}**: CI compiles every translation unit: every declared CUDA arch with nvcc, "
+            f"HIP only for {', '.join(HIP_COMPILED_IN_CI)} (CI's clang-19 does not know gfx950).",
+            f"**{DECLARED}**: listed in the spec, neither compiled nor run.",
+            "Source of these facts: `k3gen/support.py`."]
+
+
+def gate_items(p: FamilyPlan) -> list[dict]:
+    tested = {idx: name for name, idx in p.spec.tests.rejects.items()}
+    return [{"index": i, "check": code(g.source), "reason": reason,
+             "test": f"`reject_{tested[i]}`" if i in tested else None}
+            for i, (g, reason) in enumerate(p.gates)]
+
+
+def constants_table(p: FamilyPlan) -> Table | None:
+    def spelled(v) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else repr(v)
+
+    rows = [[f"`{n}`", spelled(v)] for n, v in p.spec.constants.items()]
+    return _table(["name", "value"], rows) if rows else None
+
+
+def tie_order(p: FamilyPlan) -> dict:
+    """Words for the tie order, and the table's rows (16 entries a line) when there is one."""
+    table = p.spec.tie_order
+    if isinstance(table, list):
+        lines = [", ".join(map(str, table[i:i + 16])) for i in range(0, len(table), 16)]
+        lines = [line + ("," if i < len(lines) - 1 else "") for i, line in enumerate(lines)]
+        return {"text": f"A table of {len(table)} indices; among equal keys the one listed first wins:",
+                "lines": lines}
+    if "tie_order" in p.spec.model_fields_set:
+        return {"text": "`lowest_id`: among equal keys, the lower index wins.", "lines": []}
+    return {"text": "Not declared; the default `lowest_id` applies (the lower index wins where keys tie).",
+            "lines": []}
+
+
+def specialization_text(p: FamilyPlan) -> str:
+    s = p.spec
+    n_cells = len(s.dtypes.generated_cells())
+    factors = [f"{n_cells} dtype cell{'s' if n_cells != 1 else ''}"]
+    factors += [f"{len(prm.values)} {name}" for name, prm in s.params.items()]
+    factors += [f"2 {name}" for name in p.call_flags]
+    archs = [a for b in p.backends for a in p.archs(b)]
+    units = ", ".join(f"{len(p.variants)} {b}" for b in p.backends)
+    return (f"{' × '.join(factors)} = {len(p.variants)} variants; × {len(archs)} archs ({', '.join(archs)}) = "
+            f"**{len(p.specializations)} specializations**. Translation units: {units}, plus one dispatch "
+            f"unit per backend. `k3gen list --family {p.name}` lists each with its cache key.")
+
+
+def family_doc(p: FamilyPlan) -> dict:
+    """Everything templates/common/doc.md.j2 prints for one family."""
+    from .render import wrapper_signature
+
+    generated = len(p.spec.dtypes.generated_cells())
+    axes = "; ".join(f"`{a}` ({', '.join(vs)})" for a, vs in p.spec.dtypes.axes.items())
+    return {"call": f"{p.name}({wrapper_signature(p)['params']})", "axes": axes,
+            "matrix": matrix_table(p), "matrix_counts": f"{generated} generated, {len(p.excluded)} excluded",
+            "defaults": defaults_table(p), "knobs": knobs_table(p), "fast_math": fast_math_text(p),
+            "vector_rule": vector_rule(p), "vectors": vector_table(p), "archs": arch_table(p),
+            "legend": arch_legend(), "gates": gate_items(p), "constants": constants_table(p),
+            "tie_order": tie_order(p), "specializations": specialization_text(p)}
+
+
+def index_table(plans: list[FamilyPlan]) -> Table:
+    rows = []
+    for p in plans:
+        archs = "; ".join(f"{a}: {arch_state(b, a)}" for b in p.backends for a in p.archs(b))
+        rows.append([f"[{p.name}]({p.name}.md)", p.spec.summary,
+                     f"{len(p.spec.dtypes.generated_cells())} generated, {len(p.excluded)} excluded",
+                     f"{len(p.specializations)} ({len(p.variants)} per arch)", archs])
+    return _table(["family", "summary", "dtype cells", "specializations", "archs"], rows)
