@@ -18,7 +18,7 @@ from .dtypes import DTYPES
 from .errors import FieldError
 from .exprs import ExprError, Scope, parse_expr
 
-CUDA_ARCHS = ("sm_90a", "sm_100a")
+CUDA_ARCHS = ("sm_90a", "sm_100a", "sm_120a")
 HIP_ARCHS = ("gfx942", "gfx950")
 IDENT = re.compile(r"^[a-z][a-z0-9_]*$")
 SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -432,3 +432,46 @@ class KernelSpec(SpecModel):
         return Scope(runtime=frozenset([*self.signature.dims, *self.signature.scalars]),
                      constants=dict(self.constants), tensors=frozenset(self.signature.tensors),
                      locals=frozenset(["vec", *int_params]))
+
+
+# What a runner consumes, and the activation dtype that implies.
+CONSUMES = {"fp32_strided": "fp32", "dense_bf16": "bf16"}
+
+
+class Runner(SpecModel):
+    """An expert-GEMM backend that consumes the routed activations of the front family."""
+
+    name: Ident = Field(description="the name the engine asks about")
+    archs: list[str] = Field(description="archs the runner runs on; each must be a target of the front family")
+    consumes: Literal["fp32_strided", "dense_bf16"] = Field(
+        description="fp32_strided: the fp32 slice as the front wrote it; dense_bf16: a dense bf16 copy")
+    summary: str = Field(description="one line for the docs")
+
+    @field_validator("archs")
+    @classmethod
+    def _known_archs(cls, archs: list[str]) -> list[str]:
+        known = (*CUDA_ARCHS, *HIP_ARCHS)
+        for i, a in enumerate(archs):
+            if a not in known:
+                raise FieldError(f"'{a}' is not an arch{_suggest(a, known)}; known: {', '.join(known)}", (i,))
+        return _unique(archs, "arch")
+
+    @property
+    def activation_dtype(self) -> str:
+        return CONSUMES[self.consumes]
+
+
+class RunnerTable(SpecModel):
+    """specs/runners.yaml: the runners of the MoE front and the family whose output they consume."""
+
+    front: Ident = Field(description="the kernel family whose `act` dtype axis the runners read")
+    runners: list[Runner]
+
+    @field_validator("runners")
+    @classmethod
+    def _unique_names(cls, runners: list[Runner]) -> list[Runner]:
+        names = [r.name for r in runners]
+        for i, n in enumerate(names):
+            if n in names[:i]:
+                raise FieldError(f"runner '{n}' is listed twice; keep one", (i, "name"))
+        return runners

@@ -99,6 +99,8 @@ class FamilyPlan:
     call_flags: list[str]  # flags chosen per call, in key order
     arch_flags: list[str]  # flags chosen per arch
     key_parts: list[str] = field(default_factory=list)  # names of the switch-key components, in order
+    runners: list = field(default_factory=list)  # model.Runner rows of specs/runners.yaml, if this is their front
+    runners_file: str = ""
 
     @property
     def name(self) -> str:
@@ -191,9 +193,10 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     excluded = [({a: c[a] for a in axes}, c["reason"]) for c in s.dtypes.exclude]
     scope = s.gate_scope()
     gates = [(parse_expr(g.check, scope), g.reason) for g in s.gates]
+    runners = ls.runners.table.runners if ls.runners else []
     return FamilyPlan(s, ls.file, _spec_sha(ls), variants, specs, excluded, gates, _arg_fields(s),
                       [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
-                      [*axes, *s.params, *call_flags])
+                      [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "")
 
 
 def _vector_elements(s: KernelSpec, dtypes: dict) -> int:

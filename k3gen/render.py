@@ -27,6 +27,8 @@ def make_env(root: Path) -> jinja2.Environment:
     env.filters["c_string"] = lambda s: json.dumps(str(s))  # a JSON string is a valid C string literal
     env.filters["py"] = repr
     env.filters["tuple"] = tuple
+    env.filters["torch_dtype_of"] = lambda name: _torch_dtype(name)
+    env.filters["py_raw"] = lambda xs: "[" + ", ".join(xs) + "]"  # a list of Python spellings
     env.filters["prefix"] = lambda s, pre: f"{pre}{s}"
     env.filters["replace_axis"] = lambda name, axes: f"dtype_{name}" if name in axes else name
     return env
@@ -81,6 +83,9 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
                 outputs=[n for n, t in p.spec.signature.tensors.items() if t.output])
     out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, p=p, **host)
     out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, **host)
+    if p.runners:  # this family is the front of the runner table
+        out["k3kernels/runners.py"] = _render(env, "common/runners.py.j2", p, p=p, torch_dtype=_torch_dtype)
+        out["tests/test_runners.py"] = _render(env, "common/test_runners.py.j2", p, p=p, torch_dtype=_torch_dtype)
     return out
 
 

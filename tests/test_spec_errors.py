@@ -122,7 +122,7 @@ CASES = [
              "(bf16, fp16, fp32, fp8, i32)"),
     # --- targets
     Case("unknown arch, with suggestion", edit("cuda: [sm_90a, sm_100a]", "cuda: [sm_90a, sm90a]"), "sm90a",
-         K + "targets.cuda.1): 'sm90a' is not a cuda arch (did you mean 'sm_90a'?); known: sm_90a, sm_100a"),
+         K + "targets.cuda.1): 'sm90a' is not a cuda arch (did you mean 'sm_90a'?); known: sm_90a, sm_100a, sm_120a"),
     Case("duplicate arch", edit("cuda: [sm_90a, sm_100a]", "cuda: [sm_90a, sm_90a]"), "cuda: [sm_90a, sm_90a]",
          K + "targets.cuda.1): arch 'sm_90a' is listed twice (items 0 and 1); list it once"),
     # --- gates, vector, flags
@@ -279,7 +279,7 @@ def test_errors_of_all_specs_are_collected_together(project: Path):
     assert _load_errors(project) == [
         "specs/a_empty.yaml:1 (<yaml>): the file is empty; write a mapping starting with `kernel: NAME`",
         f"{SPEC_FILE}:{line_of(VALID, 'cuda:')} {K}targets.cuda.1): 'sm90a' is not a cuda arch "
-        "(did you mean 'sm_90a'?); known: sm_90a, sm_100a"]
+        "(did you mean 'sm_90a'?); known: sm_90a, sm_100a, sm_120a"]
 
 
 def test_cli_validate_prints_every_error_and_exits_2(project: Path, capsys):

@@ -14,7 +14,7 @@ from .errors import K3BuildError, K3Error, K3UnsupportedError
 log = logging.getLogger("k3gen")
 _ERR_LEN = 1024
 # CUDA archs whose code is built arch-specific ("a" suffix): it runs only on that exact chip.
-_ARCH_SPECIFIC = {(9, 0), (10, 0)}
+_ARCH_SPECIFIC = {(9, 0), (10, 0), (12, 0)}
 
 
 def device_arch(device=None) -> str | None:
