@@ -25,11 +25,16 @@ class LocatedData:
 
 def parse_yaml(text: str, file: str) -> tuple[LocatedData | None, list[SpecError]]:
     """Parse one YAML document; on failure return the errors (bad syntax, duplicate keys)."""
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:  # a control character YAML refuses to read at all
+        return None, [_unreadable(exc, text, file)]
     try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         return None, [_syntax_error(exc, file)]
+    except yaml.reader.ReaderError as exc:
+        return None, [_unreadable(exc, text, file)]
     finally:
         loader.dispose()
     if node is None:
@@ -38,6 +43,13 @@ def parse_yaml(text: str, file: str) -> tuple[LocatedData | None, list[SpecError
     errors: list[SpecError] = []
     data = _build(node, (), lines, errors, file, yaml.SafeLoader(""))
     return LocatedData(data, lines), errors
+
+
+def _unreadable(exc: yaml.reader.ReaderError, text: str, file: str) -> SpecError:
+    line = text[: exc.position].count("\n") + 1
+    char = chr(exc.character) if isinstance(exc.character, int) else exc.character
+    return SpecError(file, line, "", "<yaml>", f"not valid YAML: character {char!r} is not allowed; "
+                                              "remove it (specs are plain UTF-8 text)")
 
 
 def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> SpecError:

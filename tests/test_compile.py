@@ -1,0 +1,203 @@
+"""Compile every generated translation unit, for every arch the specs declare.
+
+CUDA: each family's units (k3gen.render.kernel_sources) with nvcc and exactly the runtime's flags
+(k3gen.runtime.toolchain.compile_flags) for each CUDA arch of the spec. HIP: device code only, with
+clang++-19, for each HIP arch that clang knows; an arch it does not know is a skip that says so,
+never a pass. One ninja run per session builds every cell on all cores; each (family, backend, arch)
+is then its own test, whose failure names the translation unit and shows the compiler's output.
+
+No compiler: skip, except under CI (env CI set), where a missing compiler is a failure.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from k3gen.load import load_specs
+from k3gen.plan import resolve_all
+from k3gen.render import TU_EXT, kernel_sources
+from k3gen.runtime.errors import K3ToolchainMissing
+from k3gen.runtime.toolchain import compile_flags, find_compiler, find_ninja
+
+ROOT = Path(__file__).resolve().parents[1]
+CSRC = ROOT / "generated" / "k3kernels" / "csrc"
+HIP_CLANG = "clang++-19"
+# What clang says when --offload-arch names a processor it was not built to know.
+UNKNOWN_ARCH = re.compile(r"invalid target ID|unknown target|unsupported .*gpu architecture", re.I)
+NINJA_TIMEOUT_S = 1800  # a hung compiler fails the session instead of eating CI's 90 minutes
+IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+PLANS = {p.name: p for p in resolve_all(load_specs(ROOT), ROOT)}
+# (family, backend, arch): one test each.
+CELLS = [(p.name, backend, arch) for p in PLANS.values() for backend in p.backends for arch in p.archs(backend)]
+
+
+class CompileWarning(UserWarning):
+    """A generated unit compiled, but the compiler said something: shown in pytest's warning summary."""
+
+
+@dataclass
+class Unit:
+    source: Path
+    output: Path
+    command: list[str]
+    log: Path = field(init=False)
+    rc: Path = field(init=False)
+
+    def __post_init__(self):
+        self.log = self.output.with_name(self.output.name + ".log")
+        self.rc = self.output.with_name(self.output.name + ".rc")
+
+
+@dataclass
+class Cell:
+    units: list[Unit] = field(default_factory=list)
+    skip: str | None = None  # why this cell was not compiled
+    missing: bool = False  # the skip is a missing compiler (a failure under CI)
+    error: str | None = None  # the toolchain failed before any unit was compiled
+
+
+def _cell_id(cell: tuple[str, str, str]) -> str:
+    return "-".join(cell)
+
+
+def _nvcc() -> str | None:
+    try:
+        return find_compiler("cuda")  # the runtime's own search: K3GEN_NVCC, PATH, CUDA_HOME
+    except K3ToolchainMissing:
+        return None
+
+
+def _clang_name(clang: str) -> str:
+    """clang-19 for any clang++-19 build: the name the skip reason uses."""
+    out = subprocess.run([clang, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"clang version (\d+)", out)
+    return f"clang-{m.group(1)}" if m else Path(clang).name
+
+
+def _probe_hip_arch(clang: str, arch: str, work: Path) -> Cell | None:
+    """None if clang compiles HIP device code for arch, else the cell: a skip if clang does not
+    know arch, a failure for any other error (a broken toolchain must never pass as a skip)."""
+    src = work / "probe.hip"
+    src.write_text("__global__ void k3_probe(int* p) { *p = 1; }\n")
+    cmd = [clang, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "-nogpulib", "-O3", "-std=c++17",
+           "-S", str(src), "-o", str(work / f"probe_{arch}.s")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode == 0:
+        return None
+    if UNKNOWN_ARCH.search(proc.stderr):
+        return Cell(skip=f"{_clang_name(clang)} does not know {arch}")
+    return Cell(error=f"probing {arch}: {shlex.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+
+
+def _units(p, backend: str, arch: str, compiler: str, out_dir: Path) -> list[Unit]:
+    src_dir = CSRC / p.name
+    defines = p.arch_defines(arch)
+    units = []
+    for name in kernel_sources(p, backend):
+        src = src_dir / name
+        if backend == "cuda":
+            out = out_dir / f"{Path(name).stem}.o"
+            cmd = [compiler, *compile_flags(arch, defines, CSRC), "-c", str(src), "-o", str(out)]
+        else:
+            out = out_dir / f"{Path(name).stem}.s"
+            cmd = [compiler, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "-nogpulib", "-O3",
+                   "-std=c++17", *defines, f"-I{CSRC}", "-S", str(src), "-o", str(out)]
+        units.append(Unit(src, out, cmd))
+    return units
+
+
+def _ninja_escape_path(s: str) -> str:
+    return s.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def _write_ninja(units: list[Unit], build_dir: Path) -> Path:
+    # Each edge records its own output and exit status, so one failing unit neither hides the
+    # others' results nor mixes its messages with theirs.
+    lines = ["ninja_required_version = 1.3", "", "rule cc",
+             "  command = $cmd > $log 2>&1; echo $$? > $out", "  description = $desc", ""]
+    for u in units:
+        lines += [f"build {_ninja_escape_path(str(u.rc))}: cc {_ninja_escape_path(str(u.source))}",
+                  f"  cmd = {shlex.join(u.command).replace('$', '$$')}",
+                  f"  log = {shlex.quote(str(u.log)).replace('$', '$$')}",
+                  f"  desc = {u.source.name} -> {u.output.parent.name}"]
+    path = build_dir / "build.ninja"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> dict[str, Cell]:
+    """Compile every cell in one ninja run; map each cell id to its units or its skip reason."""
+    work = tmp_path_factory.mktemp("k3gen-compile")
+    nvcc = _nvcc()
+    clang = shutil.which(HIP_CLANG)
+    probes: dict[str, Cell | None] = {}
+    cells: dict[str, Cell] = {}
+    for cell in CELLS:
+        family, backend, arch = cell
+        cid = _cell_id(cell)
+        compiler = nvcc if backend == "cuda" else clang
+        if compiler is None:
+            what = "nvcc (the CUDA toolkit)" if backend == "cuda" else f"{HIP_CLANG} (apt-get install clang-19)"
+            cells[cid] = Cell(skip=f"{what} not found", missing=True)
+            continue
+        if backend == "hip":
+            if arch not in probes:
+                probes[arch] = _probe_hip_arch(clang, arch, work)
+            if probes[arch]:
+                cells[cid] = probes[arch]
+                continue
+        out_dir = work / cid
+        out_dir.mkdir()
+        cells[cid] = Cell(units=_units(PLANS[family], backend, arch, compiler, out_dir))
+    units = [u for c in cells.values() for u in c.units]
+    if units:
+        _write_ninja(units, work)
+        jobs = os.environ.get("K3GEN_JOBS") or str(os.cpu_count() or 1)  # as the runtime's builds
+        proc = subprocess.run([find_ninja(), "-C", str(work), "-j", jobs], capture_output=True, text=True,
+                              timeout=NINJA_TIMEOUT_S)
+        if proc.returncode != 0:  # edges always exit 0, so this is ninja itself failing
+            raise RuntimeError(f"ninja failed in {work}:\n{proc.stdout}{proc.stderr}")
+    return cells
+
+
+def test_cells_cover_every_generated_unit():
+    """Every .cu/.hip file in a family's csrc/ is one that kernel_sources() lists, and vice versa."""
+    for p in PLANS.values():
+        for backend in p.backends:
+            ext = TU_EXT[backend]
+            on_disk = sorted(f.name for f in (CSRC / p.name).glob(f"*.{ext}"))
+            assert on_disk == sorted(kernel_sources(p, backend)), (
+                f"{p.name}/{backend}: generated/ and the plan disagree; run `k3gen check`")
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=_cell_id)
+def test_compiles(compiled, cell):
+    family, backend, arch = cell
+    result = compiled[_cell_id(cell)]
+    if result.error:
+        pytest.fail(result.error, pytrace=False)
+    if result.skip:
+        if result.missing and IN_CI:
+            pytest.fail(f"{result.skip}; CI is set, so the compile tests must run", pytrace=False)
+        pytest.skip(result.skip)
+    failures = []
+    for u in result.units:
+        rc = u.rc.read_text().strip() if u.rc.exists() else "(not run)"
+        log = u.log.read_text() if u.log.exists() else ""
+        if rc != "0" or not u.output.is_file() or u.output.stat().st_size == 0:
+            failures.append(f"--- {u.source.relative_to(ROOT)} (exit {rc})\n$ {shlex.join(u.command)}\n{log}")
+        elif log.strip():
+            warnings.warn(CompileWarning(f"{u.source.relative_to(ROOT)} [{arch}]:\n{log}"))
+    if failures:
+        pytest.fail(f"{len(failures)} of {len(result.units)} translation units of {family} failed to compile "
+                    f"for {arch}:\n" + "\n".join(failures), pytrace=False)
