@@ -7,7 +7,7 @@ import torch
 from k3gen.oracles import per_token_group_quant as quant
 from k3gen.oracles import route_topk as routing
 
-TORCH = {"bf16": torch.bfloat16, "fp32": torch.float32}
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def _quant_variant(variant: dict) -> dict:

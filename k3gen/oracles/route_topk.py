@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-TORCH = {"bf16": torch.bfloat16, "fp32": torch.float32}
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def rank_keys(rank: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,123 @@
+""""Edit the spec alone": one edit of one spec file in a copy of the project, a rebuild, and every
+layer follows: the C++ dispatch, the wrapper's whitelist and gates, the generated tests, the docs,
+the MANIFEST, and the CUDA sources still compile. No template or Python file is touched."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from k3gen.cli import main
+from k3gen.runtime.toolchain import compile_flags
+from support import ROOT
+
+@pytest.fixture
+def project(tmp_path):
+    dest = tmp_path / "proj"
+    shutil.copytree(ROOT / "specs", dest / "specs")
+    shutil.copytree(ROOT / "templates", dest / "templates")
+    shutil.copytree(ROOT / "k3gen" / "oracles", dest / "k3gen" / "oracles",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def edit(project, spec, old, new):
+    path = project / "specs" / spec
+    text = path.read_text()
+    assert text.count(old) == 1, f"{old!r} in {spec}"
+    path.write_text(text.replace(old, new))
+
+
+def build(project, capsys) -> str:
+    assert main(["--root", str(project), "build"]) == 0
+    return capsys.readouterr().out
+
+
+def read(project, rel) -> str:
+    return (project / "generated" / rel).read_text()
+
+
+def manifest(project) -> list[str]:
+    return [line.split("  ", 1)[1] for line in read(project, "MANIFEST").splitlines() if not line.startswith("#")]
+
+
+def compile_units(project, family, units, arch="sm_90a"):
+    """nvcc -c on the given units with the runtime's flags; skipped without nvcc (a failure in CI)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        if os.environ.get("CI"):
+            pytest.fail("nvcc not found in CI")
+        pytest.skip("nvcc not found")
+    csrc = project / "generated" / "k3kernels" / "csrc"
+    defines = ["-DK3_PDL=1"]
+    for unit in units:
+        cmd = [nvcc, *compile_flags(arch, defines, csrc), "-c", str(csrc / family / unit), "-o", os.devnull]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{unit}:\n{proc.stdout}{proc.stderr}"
+
+
+def test_add_fp16_to_an_axis(project, capsys):
+    build(project, capsys)
+    edit(project, "route_topk.yaml", "score: [bf16, fp32]", "score: [bf16, fp32, fp16]")
+    out = build(project, capsys)
+    new = ["route_topk__score_fp16__bias_fp32.cu", "route_topk__score_fp16__bias_bf16.cu"]
+    for unit in new:
+        assert f"generated/k3kernels/csrc/route_topk/{unit}" in out
+        assert f"k3kernels/csrc/route_topk/{unit}" in manifest(project)
+    dispatch = read(project, "k3kernels/csrc/route_topk/dispatch.cu")
+    assert "return route_topk__score_fp16__bias_fp32(*a, s, err, err_len);  // score=fp16, bias=fp32" in dispatch
+    wrapper = read(project, "k3kernels/route_topk.py")
+    assert "(torch.float16, torch.float32): (" in wrapper and "('fp16', 'bf16')," in wrapper
+    assert "'score': 'fp16', 'bias': 'fp32'" in read(project, "tests/test_route_topk.py")
+    assert "| **fp16** | generated | generated |" in read(project, "docs/route_topk.md")
+    compile_units(project, "route_topk", [*new, "dispatch.cu"])
+
+
+def test_add_an_exclusion(project, capsys):
+    build(project, capsys)
+    reason = "bf16 biases are being retired"
+    edit(project, "route_topk.yaml", "  exclude:\n", f"  exclude:\n    - {{score: bf16, bias: bf16, reason: \"{reason}\"}}\n")
+    out = build(project, capsys)
+    gone = "k3kernels/csrc/route_topk/route_topk__score_bf16__bias_bf16.cu"
+    assert f"removed generated/{gone}" in out and gone not in manifest(project)
+    assert not (project / "generated" / gone).exists()
+    assert "score=bf16, bias=bf16" not in read(project, "k3kernels/csrc/route_topk/dispatch.cu")
+    wrapper = read(project, "k3kernels/route_topk.py")
+    assert f"('bf16', 'bf16'): '{reason}'," in wrapper
+    assert "(torch.bfloat16, torch.bfloat16)" not in wrapper
+    assert f"({{'score': 'bf16', 'bias': 'bf16'}}, '{reason}')" in read(project, "tests/test_route_topk.py")
+    assert f"excluded: {reason}" in read(project, "docs/route_topk.md")
+    compile_units(project, "route_topk", ["dispatch.cu"])
+
+
+def test_drop_an_arch(project, capsys):
+    build(project, capsys)
+    edit(project, "situ_and_mul.yaml", "  cuda: [sm_90a, sm_100a]", "  cuda: [sm_90a]")
+    edit(project, "situ_and_mul.yaml", "pdl: {archs: [sm_90a, sm_100a]}", "pdl: {archs: [sm_90a]}")
+    build(project, capsys)
+    wrapper = read(project, "k3kernels/situ_and_mul.py")
+    assert "'sm_100a'" not in wrapper and "'sm_90a': ['-DK3_PDL=1']" in wrapper
+    assert "| sm_100a |" not in read(project, "docs/situ_and_mul.md")
+    compile_units(project, "situ_and_mul", ["situ_and_mul__in_bf16__out_bf16__has_linear_beta_on.cu"])
+
+
+def test_add_a_runner(project, capsys, monkeypatch):
+    build(project, capsys)
+    path = project / "specs" / "runners.yaml"
+    path.write_text(path.read_text() + "  - name: deepgemm_fp8\n    archs: [sm_90a, sm_100a]\n"
+                                       "    consumes: dense_bf16\n    summary: \"DeepGEMM fp8 grouped GEMM\"\n")
+    out = build(project, capsys)
+    assert "generated/k3kernels/runners.py" in out
+    lookup = read(project, "k3kernels/runners.py")
+    assert "'deepgemm_fp8': Runner('deepgemm_fp8', ('sm_90a', 'sm_100a'), 'dense_bf16', torch.bfloat16," in lookup
+    assert "('deepgemm_fp8', ['sm_90a', 'sm_100a'], 'dense_bf16', torch.bfloat16)," in read(project, "tests/test_runners.py")
+    # The lookup answers for the new runner without any code change.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("runners_copy", project / "generated/k3kernels/runners.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, "runners_copy", module)  # dataclasses look it up
+    spec.loader.exec_module(module)
+    assert module.needs_dense_bf16("deepgemm_fp8") and "deepgemm_fp8" in module.runners_for_arch("sm_100a")
