@@ -1,9 +1,17 @@
-"""Build a family's module for one arch into a cache directory that cannot lie.
+"""Find or build a family's library for one arch: AOT output first, then a JIT cache that cannot lie.
 
-The key hashes everything that changes the binary: sources and headers (bytes), compiler and its
-version, flags and arch. A build happens under a file lock in a staging directory and becomes
-visible by one atomic rename; a finished entry records its library's sha256, so a truncated or
-corrupted artifact is detected at load and rebuilt.
+The content key hashes what the generated tree decides: family, arch, sources and headers (path and
+bytes), compile and link flags (with the csrc path written as a placeholder, so a relocated tree
+keeps its keys). The cache key binds it to the compiler's own version text (artifact.full_key).
+
+Lookup order (ensure_built):
+1. AOT: each directory of $K3GEN_AOT_DIR (os.pathsep-separated), or, when that is unset, the
+   project's build/aot next to generated/ if it exists; the entry <dir>/<family>/<arch>/ is used
+   when its record has this family, arch and key and its lib.so still hashes to the record.
+   Without a compiler here the key cannot be computed: the content key must match instead.
+2. K3GEN_NO_JIT=1: stop here; a missing AOT artifact is a K3BuildError naming the command to build it.
+3. JIT cache: <cache>/<family>/<arch>/<key[:32]>/, built under a file lock in a staging directory
+   and made visible by one atomic rename, with the same record; an invalid entry is rebuilt.
 """
 from __future__ import annotations
 
@@ -11,18 +19,20 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import K3BuildError
-from .toolchain import compile_flags, compiler_version, find_compiler, find_ninja, link_flags, backend_of
+from . import artifact, ninja
+from .errors import K3BuildError, K3ToolchainMissing
+from .toolchain import backend_of, compile_flags, compiler_name, compiler_version, find_compiler, link_flags
 
-LIB = "lib.so"
-RECORD = "k3gen-build.json"
+log = logging.getLogger("k3gen")
+CSRC_PLACEHOLDER = "<csrc>"
+LIB, RECORD = artifact.LIB, artifact.RECORD
 
 
 def cache_root() -> Path:
@@ -30,6 +40,10 @@ def cache_root() -> Path:
         return Path(d)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "k3gen"
+
+
+def jit_disabled() -> bool:
+    return os.environ.get("K3GEN_NO_JIT", "").strip().lower() not in ("", "0", "false", "no")
 
 
 @dataclass(frozen=True)
@@ -49,18 +63,31 @@ class BuildRequest:
         d = self.csrc / self.family
         return [d / f for f in (*self.sources, *self.headers)]
 
-    def commands(self) -> tuple[str, list[str], list[str]]:
-        compiler = find_compiler(self.backend)
-        return compiler, compile_flags(self.arch, list(self.defines), self.csrc), link_flags(self.arch)
+    def flags(self) -> tuple[list[str], list[str]]:
+        return compile_flags(self.arch, list(self.defines), self.csrc), link_flags(self.arch)
 
-    def key(self) -> str:
-        compiler, cflags, lflags = self.commands()
+    def commands(self) -> tuple[str, list[str], list[str]]:
+        return (find_compiler(self.backend), *self.flags())
+
+    def content_key(self) -> str:
+        """Everything but the compiler: computable on a machine that has no compiler."""
+        cflags, lflags = self.flags()
+        here = str(self.csrc)
+        normalized = [[f.replace(here, CSRC_PLACEHOLDER) for f in fs] for fs in (cflags, lflags)]
         h = hashlib.sha256()
-        for part in (self.family, self.arch, compiler, compiler_version(compiler), json.dumps([cflags, lflags])):
+        for part in ("k3gen-content-1", self.family, self.arch, json.dumps(normalized)):
             h.update(part.encode() + b"\0")
-        for f in self.files():
-            h.update(f.name.encode() + b"\0" + _read(f) + b"\0")
+        for rel, f in zip((*self.sources, *self.headers), self.files()):
+            h.update(rel.encode() + b"\0" + _read(f) + b"\0")
         return h.hexdigest()
+
+    def key(self, content_key: str | None = None) -> str:
+        """The cache key; pass the content key when it is already known, to hash the sources once."""
+        return artifact.full_key(content_key or self.content_key(), compiler_version(find_compiler(self.backend)))
+
+    def compile_command(self) -> str:
+        """What builds this artifact ahead of time; errors quote it."""
+        return f"k3gen compile --arch {self.arch} --family {self.family}"
 
 
 def _read(path: Path) -> bytes:
@@ -70,38 +97,78 @@ def _read(path: Path) -> bytes:
         raise K3BuildError(f"k3gen: generated source missing: {path} ({exc}); run `k3gen build`") from None
 
 
+def aot_dirs(req: BuildRequest) -> list[Path]:
+    """Where AOT builds are looked for, in order."""
+    if env := os.environ.get("K3GEN_AOT_DIR"):
+        return [Path(d) for d in env.split(os.pathsep) if d]
+    parents = req.csrc.resolve().parents  # <project>/generated/k3kernels/csrc -> <project>
+    default = parents[2] / "build" / "aot" if len(parents) > 2 else None
+    return [default] if default and default.is_dir() else []
+
+
+def find_aot(req: BuildRequest, key: str | None, content_key: str) -> tuple[Path | None, list[str]]:
+    """(library path, []) for the first AOT entry that is this artifact, else (None, why each was not)."""
+    why = []
+    for d in aot_dirs(req):
+        entry = d / req.family / req.arch
+        record, reason = artifact.check(entry, req.family, req.arch, key=key, content_key=content_key)
+        if record:
+            return entry / LIB, []
+        why.append(reason)
+    return None, why
+
+
 def ensure_built(req: BuildRequest, root: Path | None = None) -> Path:
-    """Return the path of the built library, building it once across threads and processes."""
-    key = req.key()
-    parent = (root or cache_root()) / req.family / req.arch
+    """The library for req: from an AOT build, else from (or built into) the JIT cache. Raises
+    K3BuildError (K3ToolchainMissing when it is the compiler that is missing) on any failure."""
+    content_key = req.content_key()
+    try:
+        key, missing = req.key(content_key), None
+    except K3ToolchainMissing as exc:  # an AOT artifact may still serve: match its content key
+        key, missing = None, exc
+    lib, rejected = find_aot(req, key, content_key)
+    if lib:
+        log.debug("k3gen: %s %s from AOT build %s", req.family, req.arch, lib)
+        return lib
+    if jit_disabled():
+        looked = "; ".join(rejected) or "no AOT directory (set K3GEN_AOT_DIR, or build into <project>/build/aot)"
+        expected = f"key {key}" if key else f"content key {content_key} (no compiler here for the full key)"
+        raise K3BuildError(f"k3gen: {req.family} for {req.arch} has no AOT build and JIT is off "
+                           f"(K3GEN_NO_JIT=1); expected {expected}; looked at: {looked}. Build it: "
+                           f"`{req.compile_command()}` (with --out DIR, also set K3GEN_AOT_DIR=DIR), "
+                           "or unset K3GEN_NO_JIT")
+    if missing:
+        raise missing
+    return _ensure_jit(req, key, content_key, root or cache_root())
+
+
+def _ensure_jit(req: BuildRequest, key: str, content_key: str, root: Path) -> Path:
+    """Build once across threads and processes; never return an entry its record does not vouch for."""
+    parent = root / req.family / req.arch
     final = parent / key[:32]
-    if _valid(final, req.arch):
+    if artifact.check(final, req.family, req.arch, key=key)[0]:
         return final / LIB
     parent.mkdir(parents=True, exist_ok=True)
     with _locked(parent / f"{key[:32]}.lock"):
-        if _valid(final, req.arch):  # another process finished it while we waited
+        if artifact.check(final, req.family, req.arch, key=key)[0]:  # another process finished it first
             return final / LIB
-        if final.exists():
-            shutil.rmtree(final)  # interrupted or corrupted: rebuild from scratch
+        # Holding the lock, anything else for this key is debris of an interrupted build.
+        for debris in [final, *parent.glob(f".staging-{key[:12]}-*")]:
+            shutil.rmtree(debris, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".staging-{key[:12]}-", dir=parent))
         try:
             _build(req, staging)
-            lib_sha = hashlib.sha256((staging / LIB).read_bytes()).hexdigest()
-            record = {"family": req.family, "arch": req.arch, "key": key, "lib_sha256": lib_sha}
-            (staging / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True))
+            if req.content_key() != content_key:  # a concurrent `k3gen build` rewrote the sources
+                raise K3BuildError(f"k3gen: the sources of {req.family} changed while it was being built; "
+                                   "call again once `k3gen build` has finished")
+            compiler = find_compiler(req.backend)
+            record = artifact.make_record(req.family, req.arch, content_key, compiler_name(compiler),
+                                          compiler_version(compiler), staging / LIB, "jit")
+            artifact.write_record(staging, record)
             os.rename(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return final / LIB
-
-
-def _valid(entry: Path, arch: str) -> bool:
-    try:
-        record = json.loads((entry / RECORD).read_text())
-        lib = (entry / LIB).read_bytes()
-    except (OSError, ValueError):
-        return False
-    return record.get("arch") == arch and record.get("lib_sha256") == hashlib.sha256(lib).hexdigest()
 
 
 @contextlib.contextmanager
@@ -116,24 +183,15 @@ def _locked(path: Path):
 
 def write_ninja(req: BuildRequest, build_dir: Path) -> Path:
     compiler, cflags, lflags = req.commands()
-    lines = ["ninja_required_version = 1.3", f"cxx = {compiler}", f"cflags = {' '.join(cflags)}",
-             f"ldflags = {' '.join(lflags)}", "",
-             "rule compile", "  command = $cxx $cflags -c $in -o $out", "  description = compile $in", "",
-             "rule link", "  command = $cxx $ldflags $in -o $out", "  description = link $out", ""]
-    objs = []
-    for src in req.sources:
-        obj = f"obj/{Path(src).stem}.o"
-        objs.append(obj)
-        lines.append(f"build {obj}: compile {req.csrc / req.family / src}")
-    lines += [f"build {LIB}: link {' '.join(objs)}", f"default {LIB}", ""]
+    srcs = [req.csrc / req.family / s for s in req.sources]
+    lines, lib = ninja.library_edges(srcs, compiler, cflags, lflags, "", f"{req.family}/{req.arch}")
     path = build_dir / "build.ninja"
-    path.write_text("\n".join(lines))
+    path.write_text("\n".join([ninja.RULES, *lines, f"default {lib}", ""]))
     return path
 
 
 def _build(req: BuildRequest, build_dir: Path) -> None:
     write_ninja(req, build_dir)
-    jobs = os.environ.get("K3GEN_JOBS") or str(os.cpu_count() or 1)
-    proc = subprocess.run([find_ninja(), "-C", str(build_dir), "-j", jobs], capture_output=True, text=True)
+    proc = ninja.run(build_dir, os.environ.get("K3GEN_JOBS") or os.cpu_count() or 1, capture=True)
     if proc.returncode != 0:
         raise K3BuildError(f"k3gen: building {req.family} for {req.arch} failed:\n{proc.stdout}{proc.stderr}")

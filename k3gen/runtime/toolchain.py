@@ -23,8 +23,13 @@ def find_compiler(backend: str) -> str:
     else:
         env, names = "K3GEN_HIPCC", ["hipcc", "clang++-19", "clang++"]
         fallbacks = [Path(os.environ.get("ROCM_PATH", "/opt/rocm")) / "bin" / "hipcc"]
-    if os.environ.get(env):
-        return os.environ[env]
+    if chosen := os.environ.get(env):
+        # An explicit choice is never silently replaced by another compiler found on PATH.
+        found = shutil.which(chosen)
+        if found is None:
+            raise K3ToolchainMissing(f"k3gen: {env}={chosen} is not an executable file; point {env} at the "
+                                     "compiler, or unset it to search PATH")
+        return found
     for name in names:
         if found := shutil.which(name):
             return found
@@ -55,6 +60,11 @@ def compiler_version(compiler: str) -> str:
     except OSError as exc:
         raise K3ToolchainMissing(f"k3gen: cannot run {compiler}: {exc}") from None
     return out.stdout.strip()
+
+
+def compiler_name(compiler: str) -> str:
+    """The compiler's file name (nvcc, clang++-19): shown in records and errors, not hashed."""
+    return Path(compiler).name
 
 
 def compile_flags(arch: str, defines: list[str], include: Path) -> list[str]:

@@ -1,0 +1,162 @@
+"""`k3gen compile`: the whole family × arch matrix in one build.ninja, built ahead of time.
+
+The output directory (default <project>/build/aot, where the runtime looks without being told):
+
+    build.ninja, .ninja_log, .ninja_deps   ninja's state: a rerun does nothing, an edited spec
+                                           (after `k3gen build`) rebuilds only its family's units
+    <family>/<arch>/obj/<unit>.o           one object per translation unit (depfiles track headers)
+    <family>/<arch>/lib.so                 one library per (family, arch)
+    <family>/<arch>/k3gen-build.json       its record (k3gen.runtime.artifact): family, arch, the
+                                           cache key the runtime computes, the library's sha256
+
+The runtime loads <dir>/<family>/<arch>/lib.so only when the record's key is the one it computes
+from generated/ itself, so a stale build is never loaded. A record is written only for a library
+that ninja reports up to date, and only if the sources hash as they did before the run.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class CompileUsageError(ValueError):
+    """An --arch or --family that the specs do not declare."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One library to build: a family for one arch, with the keys computed before the build."""
+
+    request: object  # k3gen.runtime.cache.BuildRequest
+    compiler: str
+    content_key: str
+
+    @property
+    def entry(self) -> str:
+        return f"{self.request.family}/{self.request.arch}"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", action="extend", nargs="+", default=[], metavar="ARCH",
+                   help="archs, comma-separated or repeated (default: every CUDA arch the specs declare; "
+                        "HIP archs only when named)")
+    p.add_argument("--family", action="extend", nargs="+", default=[], metavar="NAME",
+                   help="only these families (default: all)")
+    p.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: $K3GEN_JOBS, else ninja's)")
+    p.add_argument("--out", type=Path, help="output directory (default: <project>/build/aot)")
+
+
+def _split(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(v for item in values for v in item.split(",") if v))
+
+
+def select(plans: list, archs: list[str], families: list[str]) -> list[tuple[object, str]]:
+    """(plan, arch) pairs to build: the named families (all by default) × the named archs each declares."""
+    by_name = {p.name: p for p in plans}
+    if unknown := [f for f in families if f not in by_name]:
+        raise CompileUsageError(f"unknown family {', '.join(unknown)}; known: {', '.join(by_name)}")
+    chosen = [by_name[f] for f in families] if families else plans
+    declared = {a: b for p in chosen for b in p.backends for a in p.archs(b)}
+    if unknown := [a for a in archs if a not in declared]:
+        raise CompileUsageError(f"arch {', '.join(unknown)} is declared by none of "
+                                f"{', '.join(p.name for p in chosen)}; declared: {', '.join(declared)}")
+    # HIP only when asked: its compiler is optional on a CUDA machine, and the default must just work.
+    wanted = archs or [a for a, b in declared.items() if b == "cuda"]
+    return [(p, a) for p in chosen for a in wanted if any(a in p.archs(b) for b in p.backends)]
+
+
+def targets_for(pairs: list[tuple[object, str]], csrc: Path) -> list[Target]:
+    """The same BuildRequest the generated wrapper's FamilyModule.request(arch) makes, so equal keys."""
+    from .render import kernel_headers, kernel_sources
+    from .runtime.cache import BuildRequest
+    from .runtime.toolchain import backend_of, find_compiler
+
+    out = []
+    for p, arch in pairs:
+        backend = backend_of(arch)
+        req = BuildRequest(p.name, arch, csrc, tuple(kernel_sources(p, backend)),
+                           tuple(kernel_headers(p, backend)), tuple(p.arch_defines(arch)))
+        out.append(Target(req, find_compiler(backend), req.content_key()))
+    return out
+
+
+def write_build(targets: list[Target], out: Path) -> Path:
+    from .runtime import ninja
+
+    lines = [ninja.RULES]
+    for t in targets:
+        req = t.request
+        srcs = [req.csrc / req.family / s for s in req.sources]
+        edges, _ = ninja.library_edges(srcs, t.compiler, *req.flags(), f"{t.entry}/", t.entry)
+        lines += edges
+    path = out / "build.ninja"
+    ninja.write_if_changed(path, "\n".join(lines))
+    return path
+
+
+def write_records(targets: list[Target], out: Path, all_built: bool) -> tuple[list[str], list[str]]:
+    """(entries whose record was written or changed, entries left without one)."""
+    from .runtime import artifact, ninja
+    from .runtime.toolchain import compiler_name, compiler_version
+
+    written, missing = [], []
+    for t in targets:
+        entry = out / t.entry
+        built = all_built or ninja.up_to_date(out, f"{t.entry}/{artifact.LIB}")
+        # Sources rewritten during the run (a concurrent `k3gen build`) would make the record lie.
+        if not built or t.request.content_key() != t.content_key:
+            (entry / artifact.RECORD).unlink(missing_ok=True)
+            missing.append(t.entry)
+            continue
+        record = artifact.make_record(t.request.family, t.request.arch, t.content_key,
+                                      compiler_name(t.compiler), compiler_version(t.compiler),
+                                      entry / artifact.LIB, "aot")
+        if artifact.write_record(entry, record):
+            written.append(t.entry)
+    return written, missing
+
+
+@contextlib.contextmanager
+def _exclusive(out: Path):
+    """Two compiles into one directory would race on ninja's state and on the records."""
+    with open(out / ".k3gen-compile.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def compile_matrix(plans: list, root: Path, args) -> int:
+    """Build, print a summary; 0 when every library has its record, 1 otherwise, 2 for bad arguments."""
+    from .runtime import ninja
+    from .runtime.errors import K3BuildError
+
+    start = time.perf_counter()
+    try:
+        pairs = select(plans, _split(args.arch), _split(args.family))
+        targets = targets_for(pairs, root / "generated" / "k3kernels" / "csrc")
+    except CompileUsageError as exc:
+        print(f"k3gen compile: {exc}", file=sys.stderr)
+        return 2
+    except K3BuildError as exc:  # a missing compiler, a missing generated source
+        print(str(exc), file=sys.stderr)
+        return 1
+    out = (args.out or root / "build" / "aot").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = args.jobs or os.environ.get("K3GEN_JOBS")
+    with _exclusive(out):
+        write_build(targets, out)
+        sys.stdout.flush()  # ninja writes to the same terminal: keep our lines in order
+        proc = ninja.run(out, jobs, capture=False, keep_going=True)
+        written, missing = write_records(targets, out, proc.returncode == 0)
+    where = "" if args.out is None else f"; set K3GEN_AOT_DIR={out} for the runtime to find it"
+    print(f"k3gen compile: {len(targets) - len(missing)}/{len(targets)} libraries up to date in {out} "
+          f"({len(written)} records written, {time.perf_counter() - start:.1f}s){where}")
+    if missing:
+        print(f"k3gen compile: failed: {', '.join(missing)} (compiler output above)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,77 @@
+"""A built library and the record that says what it is: the one format the JIT cache and AOT share.
+
+A directory holds `lib.so` and `k3gen-build.json`. The record names the family, the arch, the cache
+key (and the content key it was derived from) and the library's sha256. A library is trusted only
+through its record: a missing or unreadable record, another family or arch, another key, or a
+library whose bytes no longer hash to the record's sha256 all mean "not this artifact".
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+LIB = "lib.so"
+RECORD = "k3gen-build.json"
+FORMAT = 1
+
+
+def full_key(content_key: str, compiler_version: str) -> str:
+    """The cache key: the content key (sources, headers, flags, arch) bound to one compiler build."""
+    return hashlib.sha256(f"{content_key}\0{compiler_version}".encode()).hexdigest()
+
+
+def make_record(family: str, arch: str, content_key: str, compiler: str, compiler_version: str,
+                lib: Path, built_by: str) -> dict:
+    return {"format": FORMAT, "family": family, "arch": arch, "key": full_key(content_key, compiler_version),
+            "content_key": content_key, "compiler": compiler, "compiler_version": compiler_version,
+            "lib": LIB, "lib_sha256": hashlib.sha256(lib.read_bytes()).hexdigest(), "built_by": built_by}
+
+
+def write_record(entry: Path, record: dict) -> bool:
+    """Write the record atomically (a reader sees the old one or the new one); False if unchanged."""
+    path = entry / RECORD
+    text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+    try:
+        if path.read_text() == text:
+            return False
+    except OSError:
+        pass
+    tmp = path.with_name(f".{RECORD}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return True
+
+
+def check(entry: Path, family: str, arch: str, *, key: str | None = None,
+          content_key: str | None = None) -> tuple[dict | None, str]:
+    """(record, "") if entry holds the artifact asked for, else (None, why not).
+
+    With `key`, the record's key must equal it. Without one (no compiler here to compute it), the
+    content key must match and the record's key must be the content key bound to the compiler the
+    record names: the sources, flags and arch are the ones asked for, built by that compiler.
+    """
+    try:
+        record = json.loads((entry / RECORD).read_text())
+    except FileNotFoundError:
+        return None, f"no record {entry / RECORD}"
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable record {entry / RECORD} ({exc})"
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        return None, f"record {entry / RECORD} is not format {FORMAT}"
+    if record.get("family") != family or record.get("arch") != arch:
+        return None, (f"record {entry / RECORD} is for {record.get('family')} {record.get('arch')}, "
+                      f"not {family} {arch}")
+    if key is not None and record.get("key") != key:
+        return None, f"stale: {entry} was built with key {str(record.get('key'))[:16]} (other sources, flags or compiler)"
+    if key is None and (record.get("content_key") != content_key or record.get("key") != full_key(
+            str(content_key), str(record.get("compiler_version")))):
+        return None, f"stale: {entry} was built from other sources or flags"
+    try:
+        lib = (entry / LIB).read_bytes()
+    except OSError as exc:
+        return None, f"no library {entry / LIB} ({exc})"
+    if hashlib.sha256(lib).hexdigest() != record.get("lib_sha256"):
+        return None, f"corrupted: {entry / LIB} does not hash to its record's lib_sha256"
+    return record, ""

@@ -1,0 +1,79 @@
+"""The ninja edges of one family's library for one arch: shared by the JIT cache and `k3gen compile`.
+
+One writer for both means an AOT library is compiled by exactly the commands a JIT build would run.
+Objects carry nvcc/clang depfiles (-MD -MF), so an edited header rebuilds the units that include it.
+A library is linked to a temporary name and renamed, so a process that already loaded the previous
+one never sees its file change under it.
+"""
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+from .toolchain import find_ninja
+
+RULES = """ninja_required_version = 1.3
+
+rule compile
+  command = $cxx $cflags -MD -MF $out.d -c $in -o $out
+  depfile = $out.d
+  deps = gcc
+  description = compile $desc
+
+rule link
+  command = $cxx $ldflags $in -o $out.tmp && mv -f $out.tmp $out
+  description = link $desc
+"""
+
+
+def path(p: str | Path) -> str:
+    """A path in a build or input list: ninja needs '$', ' ' and ':' escaped."""
+    return str(p).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def command(args: list[str]) -> str:
+    """Arguments in a command variable: quoted for the shell ninja runs, '$' escaped for ninja."""
+    return " ".join(shlex.quote(a) for a in args).replace("$", "$$")
+
+
+def library_edges(sources: list[Path], compiler: str, cflags: list[str], lflags: list[str], prefix: str,
+                  label: str) -> tuple[list[str], str]:
+    """(lines, library path): one compile edge per source into <prefix>obj/, one link into <prefix>lib.so."""
+    from .artifact import LIB
+
+    lines, objs = [], []
+    cxx, cf, lf = command([compiler]), command(cflags), command(lflags)
+    for src in sources:
+        obj = f"{prefix}obj/{src.stem}.o"
+        objs.append(obj)
+        lines += [f"build {path(obj)}: compile {path(src)}", f"  cxx = {cxx}", f"  cflags = {cf}",
+                  f"  desc = {label} {src.name}"]
+    lib = f"{prefix}{LIB}"
+    lines += [f"build {path(lib)}: link {' '.join(path(o) for o in objs)}", f"  cxx = {cxx}",
+              f"  ldflags = {lf}", f"  desc = {label}", ""]
+    return lines, lib
+
+
+def write_if_changed(file: Path, text: str) -> None:
+    """Rewriting build.ninja with the same bytes keeps a rerun a true no-op."""
+    try:
+        if file.read_text() == text:
+            return
+    except OSError:
+        pass
+    file.write_text(text)
+
+
+def run(build_dir: Path, jobs: int | str | None, *, capture: bool, keep_going: bool = False,
+        targets: list[str] = ()) -> subprocess.CompletedProcess:
+    cmd = [find_ninja(), "-C", str(build_dir)]
+    cmd += ["-j", str(jobs)] if jobs else []
+    cmd += ["-k", "0"] if keep_going else []
+    return subprocess.run([*cmd, *targets], capture_output=capture, text=True)
+
+
+def up_to_date(build_dir: Path, target: str) -> bool:
+    """Whether ninja would do nothing for target: after a failed run, which libraries are current."""
+    proc = subprocess.run([find_ninja(), "-C", str(build_dir), "-n", target], capture_output=True, text=True)
+    return proc.returncode == 0 and "no work to do" in proc.stdout
