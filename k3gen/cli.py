@@ -1,7 +1,8 @@
-"""The k3gen command: build, check, list, validate, schema.
+"""The k3gen command: build, check, list, validate, schema, compile, diff, new.
 
 Flow: load (k3gen.load) → resolve (k3gen.plan) → render (k3gen.render) → write (k3gen.write).
-Exit codes: 0 ok, 1 generated/ is stale (check), 2 spec errors.
+Exit codes: 0 ok, 1 generated/ is stale (check) or a library failed to build (compile) or diff cannot
+read its revision, 2 spec errors (or a name `new` refuses).
 """
 from __future__ import annotations
 
@@ -84,6 +85,45 @@ def cmd_validate(root: Path, args) -> int:
     return 0
 
 
+def cmd_compile(root: Path, args) -> int:
+    from .aot import compile_matrix
+    from .write import drift
+
+    plans, files = _render(root)
+    if drift(files, root / "generated"):  # the runtime keys generated/; compiling a stale tree helps no one
+        print("k3gen compile: generated/ does not match specs/ and templates/; run `k3gen build` first",
+              file=sys.stderr)
+        return 1
+    return compile_matrix(plans, root, args)
+
+
+def cmd_diff(root: Path, args) -> int:
+    from .diff import FORMATS, DiffError, diff_rev
+
+    try:
+        report = diff_rev(root, args.rev)
+    except DiffError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    sys.stdout.write(FORMATS[args.format](report))
+    return 0  # differences are what a review wants to see, not a failure
+
+
+def cmd_new(root: Path, args) -> int:
+    from .scaffold import ScaffoldError, scaffold
+
+    try:
+        written = scaffold(root, args.name)
+    except ScaffoldError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"  wrote   {path}")
+    print(f"k3gen new: family '{args.name}' scaffolded. Next: run `k3gen build`; its generated tests fail "
+          f"until you fill in {written[2]} (and the kernel in {written[1]}).")
+    return 0
+
+
 def cmd_schema(root: Path | None, args) -> int:
     from .model import KernelSpec
 
@@ -97,6 +137,11 @@ COMMANDS = {
     "list": (cmd_list, "the specialization table: identity, backend, params, cache key"),
     "validate": (cmd_validate, "load and check the specs; print every error"),
     "schema": (cmd_schema, "print the JSON Schema of a spec file (for editors)"),
+    "compile": (cmd_compile, "build every family x arch ahead of time into build/aot (one ninja run)"),
+    "diff": (cmd_diff, "what the spec changes since REV (default: merge base with main) do: specializations, "
+                       "cache keys, gates, generated files"),
+    "new": (cmd_new, "scaffold specs/NAME.yaml, its kernel template and oracle: a family whose tests fail until "
+                     "filled in"),
 }
 
 
@@ -108,6 +153,17 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name, help=help_text)
         if name == "list":
             p.add_argument("--family", help="only this family")
+        if name == "diff":
+            p.add_argument("rev", nargs="?", help="git revision to compare with (default: the merge base of "
+                                                  "HEAD and main; HEAD on main)")
+            p.add_argument("--format", choices=["text", "markdown", "json"], default="text",
+                           help="text for a terminal, markdown for a PR comment, json for tools")
+        if name == "new":
+            p.add_argument("name", help="family name, lower_snake_case")
+        if name == "compile":
+            from .aot import add_arguments
+
+            add_arguments(p)
     args = parser.parse_args(argv)
     fn = COMMANDS[args.command][0]
     if args.command == "schema":

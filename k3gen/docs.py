@@ -96,7 +96,7 @@ def fast_math_text(p: FamilyPlan) -> str | None:
     if fm is None:
         return None
     when = " and ".join(f"`{k}` ∈ {{{', '.join(map(str, vs))}}}" for k, vs in fm.when.items())
-    return f"Variants where {when} may use approximate math: {fm.note}"
+    return f"variants where {when} may use approximate math: {fm.note}"
 
 
 def vector_rule(p: FamilyPlan) -> str:

@@ -1,0 +1,430 @@
+"""What a spec change does, for review: the plans and rendered files of two trees, compared.
+
+`k3gen diff [REV]` renders the specs and templates at REV and in the work tree, both with the
+current k3gen code, and reports per family the specializations added and removed, the cache keys
+invalidated and the gates, constants, tie orders, flags and params changed; then the generated
+files and translation units touched. `compare` is a pure function of two plans and two file sets;
+`format_text`, `format_markdown` and `format_json` print its report; `export_rev` is the git plumbing.
+"""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import tarfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .plan import FamilyPlan, Specialization
+
+# What a rev must provide to be rendered: the specs, the templates, the oracles the loader checks.
+EXPORTED = ("specs", "templates", "k3gen/oracles")
+TU_SUFFIXES = (".cu", ".hip")
+
+
+class DiffError(Exception):
+    """The two trees cannot be compared (an unknown rev, no git, templates that no longer render)."""
+
+
+@dataclass(frozen=True)
+class SpecializationRef:
+    """One specialization as the report names it: identity, where it is built, its matrix cell."""
+
+    identity: str
+    backend: str
+    arch: str
+    dtypes: dict
+    params: dict
+    flags: dict
+    cache_key: str
+
+
+@dataclass(frozen=True)
+class Change:
+    """One spec-level change of a family: `kind` (gate, constant, tie_order, flag, param, targets,
+    axis, exclusion, default, runner, field) and `name` say what; old/new are text, None when absent."""
+
+    kind: str
+    name: str
+    old: str | None
+    new: str | None
+
+
+@dataclass
+class FamilyDiff:
+    family: str
+    status: str  # added, removed or changed
+    added: list[SpecializationRef] = field(default_factory=list)
+    removed: list[SpecializationRef] = field(default_factory=list)
+    invalidated: list[str] = field(default_factory=list)  # identities on both sides whose cache key changed
+    changes: list[Change] = field(default_factory=list)
+
+
+@dataclass
+class DiffReport:
+    base: str  # what the old side is, e.g. "main's merge base 74a2312"
+    head: str  # what the new side is: "work tree"
+    families_compared: int
+    families_added: list[str]
+    families_removed: list[str]
+    families: list[FamilyDiff]  # only families with something to report, by name
+    files_added: list[str]  # paths under generated/
+    files_removed: list[str]
+    files_changed: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def units_added(self) -> list[str]:
+        return [f for f in self.files_added if f.endswith(TU_SUFFIXES)]
+
+    @property
+    def units_removed(self) -> list[str]:
+        return [f for f in self.files_removed if f.endswith(TU_SUFFIXES)]
+
+    @property
+    def units_changed(self) -> list[str]:
+        return [f for f in self.files_changed if f.endswith(TU_SUFFIXES)]
+
+    def totals(self) -> dict[str, int]:
+        fams = self.families
+        return {"specializations_added": sum(len(f.added) for f in fams),
+                "specializations_removed": sum(len(f.removed) for f in fams),
+                "cache_keys_invalidated": sum(len(f.invalidated) for f in fams),
+                "files_added": len(self.files_added), "files_removed": len(self.files_removed),
+                "files_changed": len(self.files_changed), "units_added": len(self.units_added),
+                "units_removed": len(self.units_removed), "units_changed": len(self.units_changed)}
+
+    def __bool__(self) -> bool:
+        return bool(self.families or self.files_added or self.files_removed or self.files_changed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing
+
+
+def compare(old: list[FamilyPlan], new: list[FamilyPlan], old_files: dict[str, str], new_files: dict[str, str],
+            base: str = "base", head: str = "work tree", notes: list[str] | None = None) -> DiffReport:
+    """The report of going from (old plans, old rendered files) to (new plans, new rendered files)."""
+    olds, news = {p.name: p for p in old}, {p.name: p for p in new}
+    families = []
+    for name in sorted(olds.keys() | news.keys()):
+        fd = _family_diff(olds.get(name), news.get(name))
+        if fd.added or fd.removed or fd.invalidated or fd.changes or fd.status != "changed":
+            families.append(fd)
+    added = sorted(f"generated/{p}" for p in new_files.keys() - old_files.keys())
+    removed = sorted(f"generated/{p}" for p in old_files.keys() - new_files.keys())
+    changed = sorted(f"generated/{p}" for p in new_files.keys() & old_files.keys() if new_files[p] != old_files[p])
+    return DiffReport(base, head, len(olds.keys() | news.keys()), sorted(news.keys() - olds.keys()),
+                      sorted(olds.keys() - news.keys()), families, added, removed, changed, list(notes or []))
+
+
+def _ref(sp: Specialization) -> SpecializationRef:
+    v = sp.variant
+    return SpecializationRef(sp.identity, sp.backend, sp.arch, dict(v.dtypes), dict(v.params), dict(v.flags),
+                             sp.cache_key)
+
+
+def _family_diff(old: FamilyPlan | None, new: FamilyPlan | None) -> FamilyDiff:
+    if old is None or new is None:
+        p = old or new
+        refs = [_ref(sp) for sp in p.specializations]
+        return FamilyDiff(p.name, "added" if old is None else "removed",
+                          added=refs if old is None else [], removed=refs if new is None else [])
+    o = {sp.identity: sp for sp in old.specializations}
+    n = {sp.identity: sp for sp in new.specializations}
+    return FamilyDiff(new.name, "changed",
+                      added=[_ref(n[i]) for i in n if i not in o],
+                      removed=[_ref(o[i]) for i in o if i not in n],
+                      invalidated=[i for i in n if i in o and n[i].cache_key != o[i].cache_key],
+                      changes=spec_changes(old, new))
+
+
+def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
+    """The spec-level changes of one family, old → new, in a fixed order."""
+    a, b = old.spec, new.spec
+    out: list[Change] = []
+    out += _keyed("targets", {"cuda": a.targets.cuda, "hip": a.targets.hip},
+                  {"cuda": b.targets.cuda, "hip": b.targets.hip}, lambda v: ", ".join(v) or "none")
+    out += _keyed("axis", a.dtypes.axes, b.dtypes.axes, ", ".join)
+    out += _keyed("exclusion", _exclusions(old), _exclusions(new), str)
+    out += _keyed("default", {k: d.map for k, d in a.dtypes.defaults.items()},
+                  {k: d.map for k, d in b.dtypes.defaults.items()},
+                  lambda m: ", ".join(f"{s} → {t}" for s, t in m.items()))
+    out += _keyed("gate", {g.source: r for g, r in old.gates}, {g.source: r for g, r in new.gates}, str)
+    out += _keyed("constant", a.constants, b.constants, repr)
+    if a.tie_order != b.tie_order:
+        out.append(Change("tie_order", "tie_order", *_tie_texts(a.tie_order, b.tie_order)))
+    out += _keyed("param", a.params, b.params, lambda p: f"values {', '.join(map(str, p.values))}; "
+                                                         f"default {p.default}")
+    out += _keyed("flag", a.flags, b.flags, _flag_text)
+    out += _keyed("runner", {r.name: r for r in getattr(old, "runners", [])},
+                  {r.name: r for r in getattr(new, "runners", [])}, _dumped)
+    for name in ("summary", "template", "vector", "fast_math", "signature", "oracle", "tests"):
+        va, vb = _dumped(getattr(a, name)), _dumped(getattr(b, name))
+        if va != vb:
+            out.append(Change("field", name, va, vb))
+    return out
+
+
+def _keyed(kind: str, old: dict, new: dict, text) -> list[Change]:
+    """Entries removed, added or changed between two mappings, in the new mapping's order."""
+    out = [Change(kind, str(k), text(old[k]), None) for k in old if k not in new]
+    for k, v in new.items():
+        if k not in old:
+            out.append(Change(kind, str(k), None, text(v)))
+        elif old[k] != v:
+            out.append(Change(kind, str(k), text(old[k]), text(v)))
+    return out
+
+
+def _exclusions(p: FamilyPlan) -> dict[str, str]:
+    return {", ".join(f"{a}={d}" for a, d in cell.items()): reason for cell, reason in p.excluded}
+
+
+def _flag_text(f) -> str:
+    if f.archs is not None:
+        return f"per arch: on for {', '.join(f.archs) or 'none'}"
+    if f.select is not None:
+        return f"per call: on when {f.select}"
+    return f"keyword argument, default {'on' if f.default else 'off'}"
+
+
+def _tie_texts(old, new) -> tuple[str, str]:
+    def text(t, places=()):
+        if not isinstance(t, list):
+            return str(t)
+        if places:
+            return f"table of {len(t)}; at places {', '.join(map(str, places))}: " + \
+                   ", ".join(str(t[i]) for i in places)
+        return f"table of {len(t)}: " + ", ".join(map(str, t[:8])) + (", …" if len(t) > 8 else "")
+
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        places = [i for i, (x, y) in enumerate(zip(old, new)) if x != y][:6]
+        return text(old, places), text(new, places)
+    return text(old), text(new)
+
+
+def _dumped(value) -> str:
+    if hasattr(value, "model_dump"):
+        value = value.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+
+
+def _cell_text(ref: SpecializationRef) -> str:
+    return ", ".join(f"{a}={d}" for a, d in ref.dtypes.items())
+
+
+def _variant_text(ref: SpecializationRef) -> str:
+    parts = [f"{p}={v}" for p, v in ref.params.items()] + [f"{f}={'on' if b else 'off'}" for f, b in ref.flags.items()]
+    return ", ".join(parts)
+
+
+def grouped(refs: list[SpecializationRef]) -> list[tuple[str, list[str], list[str], int]]:
+    """(dtype cell, its variants' other parameters, archs, specializations) per cell, in first-seen order."""
+    cells: dict[str, tuple[dict, dict, int]] = {}
+    for r in refs:
+        variants, archs, n = cells.get(_cell_text(r), ({}, {}, 0))
+        variants[_variant_text(r)] = None
+        archs[r.arch] = None
+        cells[_cell_text(r)] = (variants, archs, n + 1)
+    return [(c, [v for v in vs if v], list(archs), n) for c, (vs, archs, n) in cells.items()]
+
+
+def _change_text(c: Change) -> str:
+    if c.old is None:
+        return f"{c.kind} {c.name}: added: {c.new}"
+    if c.new is None:
+        return f"{c.kind} {c.name}: removed (was: {c.old})"
+    return f"{c.kind} {c.name}: {c.old} -> {c.new}"
+
+
+def _family_line(f: FamilyDiff) -> str:
+    head = {"added": "new family", "removed": "family removed", "changed": "changed"}[f.status]
+    return (f"{head}; specializations +{len(f.added)} -{len(f.removed)}, "
+            f"{len(f.invalidated)} cache key{'s' if len(f.invalidated) != 1 else ''} invalidated")
+
+
+def format_text(r: DiffReport, verbose: bool = False) -> str:
+    """For a terminal: one block per family, then the files."""
+    t = r.totals()
+    lines = [f"k3gen diff: {r.base} -> {r.head}"]
+    lines += [f"note: {n}" for n in r.notes]
+    if not r:
+        return "\n".join(lines + ["no differences in specializations, cache keys or generated files"]) + "\n"
+    lines.append(f"families: {r.families_compared} compared, +{len(r.families_added)} "
+                 f"({', '.join(r.families_added) or 'none'}), -{len(r.families_removed)} "
+                 f"({', '.join(r.families_removed) or 'none'})")
+    for f in r.families:
+        lines.append(f"\n{f.family}: {_family_line(f)}")
+        for sign, refs in (("+", f.added), ("-", f.removed)):
+            for cell, variants, archs, n in grouped(refs):
+                detail = f" [{'; '.join(variants)}]" if variants else ""
+                lines.append(f"  {sign} {cell}{detail} on {', '.join(archs)}: {n} specialization{'s' * (n != 1)}")
+        for c in f.changes:
+            lines.append(f"  {_change_text(c)}")
+        if f.invalidated:
+            lines.append(f"  cache keys invalidated ({len(f.invalidated)}):")
+            shown = f.invalidated if verbose or len(f.invalidated) <= 12 else f.invalidated[:10]
+            lines += [f"    {i}" for i in shown]
+            if len(shown) < len(f.invalidated):
+                lines.append(f"    ... {len(f.invalidated) - len(shown)} more (--format json lists all)")
+    lines.append(f"\ngenerated files: {t['files_added']} added, {t['files_removed']} removed, "
+                 f"{t['files_changed']} changed")
+    lines.append(f"translation units: +{t['units_added']} -{t['units_removed']} ({t['units_changed']} changed)")
+    for sign, files in (("A", r.files_added), ("D", r.files_removed), ("M", r.files_changed)):
+        lines += [f"  {sign} {p}" for p in files]
+    return "\n".join(lines) + "\n"
+
+
+def _md(text) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def format_markdown(r: DiffReport) -> str:
+    """For a PR comment: a summary table, then per-family details, long lists folded."""
+    t = r.totals()
+    out = [f"### k3gen diff: {r.base} → {r.head}", ""]
+    out += [f"> {n}" for n in r.notes] + ([""] if r.notes else [])
+    if not r:
+        return "\n".join(out + ["No differences in specializations, cache keys or generated files.", ""])
+    out += ["| family | status | specializations added | removed | cache keys invalidated |",
+            "| --- | --- | --- | --- | --- |"]
+    out += [f"| `{f.family}` | {f.status} | {len(f.added)} | {len(f.removed)} | {len(f.invalidated)} |"
+            for f in r.families]
+    out += ["", f"Generated files: **{t['files_added']} added, {t['files_removed']} removed, "
+                f"{t['files_changed']} changed**; translation units: **+{t['units_added']} −{t['units_removed']}** "
+                f"({t['units_changed']} changed).", ""]
+    for f in r.families:
+        out += [f"#### `{f.family}`", ""]
+        if f.added or f.removed:
+            out += ["| change | dtype cell | variants | archs | specializations |", "| --- | --- | --- | --- | --- |"]
+            for sign, refs in (("added", f.added), ("removed", f.removed)):
+                for cell, variants, archs, n in grouped(refs):
+                    out.append(f"| {sign} | {_md(cell)} | {_md('; '.join(variants) or '—')} | "
+                               f"{', '.join(archs)} | {n} |")
+            out.append("")
+        if f.changes:
+            out += ["| what | name | old | new |", "| --- | --- | --- | --- |"]
+            out += [f"| {c.kind} | `{_md(c.name)}` | {_md(c.old) if c.old is not None else '—'} | "
+                    f"{_md(c.new) if c.new is not None else '—'} |" for c in f.changes]
+            out.append("")
+        if f.invalidated:
+            out += [f"<details><summary>{len(f.invalidated)} cache keys invalidated</summary>", ""]
+            out += [f"- `{i}`" for i in f.invalidated] + ["", "</details>", ""]
+    for title, files in (("added", r.files_added), ("removed", r.files_removed), ("changed", r.files_changed)):
+        if files:
+            out += [f"<details><summary>{len(files)} generated files {title}</summary>", ""]
+            out += [f"- `{p}`" for p in files] + ["", "</details>", ""]
+    return "\n".join(out)
+
+
+def format_json(r: DiffReport) -> str:
+    """For tools: every list in full, keys sorted, totals precomputed."""
+    data = asdict(r)
+    data["totals"] = r.totals()
+    data["units_added"], data["units_removed"], data["units_changed"] = r.units_added, r.units_removed, r.units_changed
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+FORMATS = {"text": format_text, "markdown": format_markdown, "json": format_json}
+
+
+# ---------------------------------------------------------------------------------------------
+# Git plumbing
+
+
+def _git(root: Path, *args: str, binary: bool = False):
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False,
+                              text=not binary, timeout=120)
+    except FileNotFoundError:
+        raise DiffError("k3gen diff: git not found; install git or run from a git checkout") from None
+    if done.returncode != 0:
+        err = done.stderr.decode(errors="replace") if binary else done.stderr
+        raise DiffError(f"k3gen diff: git {' '.join(args[:2])} failed: {err.strip()}")
+    return done.stdout
+
+
+def default_rev(root: Path) -> tuple[str, str]:
+    """(rev, how it was chosen): the merge base of HEAD with main, or HEAD where there is none
+    (on main itself the merge base is HEAD)."""
+    try:
+        return _git(root, "merge-base", "HEAD", "main").strip(), "merge base of HEAD and main"
+    except DiffError:
+        return "HEAD", "HEAD"
+
+
+def export_rev(root: Path, rev: str, dest: Path) -> tuple[Path, str]:
+    """Write rev's specs/, templates/ and k3gen/oracles/ under dest; return (the project root in dest,
+    rev's short commit id). Folders rev lacks are skipped (a rev before the first spec has none)."""
+    try:
+        top = Path(_git(root, "rev-parse", "--show-toplevel").strip())
+    except DiffError:
+        raise DiffError(f"k3gen diff: {root} is not in a git repository; diff compares the work tree with a "
+                        "commit") from None
+    try:
+        short = _git(root, "rev-parse", "--short", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+    except DiffError:
+        raise DiffError(f"k3gen diff: '{rev}' is not a commit here; give a branch, tag or commit, or none for "
+                        "the merge base of HEAD and main") from None
+    prefix = Path(root).resolve().relative_to(top.resolve()).as_posix()  # the project may sit below the top
+    prefix = "" if prefix == "." else prefix + "/"
+    paths = [f"{prefix}{p}" for p in EXPORTED]
+    present = _git(top, "ls-tree", "--name-only", short, "--", *paths).split()
+    (dest / prefix / "specs").mkdir(parents=True, exist_ok=True)
+    if present:
+        data = _git(top, "archive", "--format=tar", short, "--", *present, binary=True)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(dest, filter="data")
+    return dest / prefix, short
+
+
+def diff_rev(root: Path, rev: str | None = None) -> DiffReport:
+    """Render rev (default: default_rev) and the work tree with this k3gen; compare them.
+
+    Raises SpecErrors (files named `REV:specs/x.yaml` for rev's) and DiffError.
+    """
+    import shutil
+    import tempfile
+    from dataclasses import replace
+
+    import jinja2
+
+    from .errors import SpecErrors
+    from .load import load_specs
+    from .plan import resolve_all
+    from .render import render_all
+    from .write import with_manifest
+
+    root = Path(root)
+    how = "rev"
+    if rev is None:
+        rev, how = default_rev(root)
+    new_plans = resolve_all(load_specs(root), root)
+    new_files = with_manifest(render_all(new_plans, root))
+    with tempfile.TemporaryDirectory(prefix="k3gen-diff-") as tmp:
+        old_root, short = export_rev(root, rev, Path(tmp))
+        # Templates added since rev (e.g. a new output kind) come from the work tree, so this
+        # k3gen can render rev at all; the report says which.
+        borrowed = []
+        for path in sorted((root / "templates").rglob("*")):
+            twin = old_root / path.relative_to(root)
+            if path.is_file() and not twin.exists():
+                twin.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, twin)
+                borrowed.append(path.relative_to(root / "templates").as_posix())
+        try:
+            old_plans = resolve_all(load_specs(old_root), old_root)
+        except SpecErrors as exc:
+            raise SpecErrors([replace(e, file=f"{short}:{e.file}") for e in exc.errors]) from None
+        try:
+            old_files = with_manifest(render_all(old_plans, old_root))
+        except jinja2.TemplateError as exc:
+            raise DiffError(f"k3gen diff: the templates at {short} do not render with this k3gen: {exc}") from None
+    base = f"{rev} ({short})" if how == "rev" and rev != short else f"{how} ({short})" if how != "rev" else short
+    notes = [f"templates not at {short}, taken from the work tree: {', '.join(borrowed)}"] if borrowed else []
+    return compare(old_plans, new_plans, old_files, new_files, base=base, head="work tree", notes=notes)

@@ -1,0 +1,190 @@
+"""`k3gen diff`: a spec change in a throwaway git repo, reported in text, Markdown and JSON.
+
+The change adds a dtype to situ_and_mul's `in` axis. The matrix is total, so the edit also says
+what becomes of each new cell: fp8 → bf16 is generated (and is fp8's default output), fp8 → fp16
+and fp8 → fp32 are excluded with reasons.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from k3gen.cli import main
+from k3gen.diff import compare, diff_rev, format_json, format_markdown, format_text
+from k3gen.load import load_specs
+from k3gen.plan import resolve_all
+from k3gen.render import render_all
+from support import SPEC_FILE, copy_project
+
+NEW_CELL = {"in": "fp8", "out": "bf16"}
+ARCHS = ["sm_90a", "sm_100a", "gfx942", "gfx950"]
+NEW_UNITS = [f"generated/k3kernels/csrc/situ_and_mul/situ_and_mul__in_fp8__out_bf16__has_linear_beta_{f}.{ext}"
+             for f in ("off", "on") for ext in ("cu", "hip")]
+
+
+def add_fp8_input(text: str) -> str:
+    """The spec edit a reviewer would see: one axis value, two exclusions, one default."""
+    edits = [("    in: [bf16, fp16, fp32]\n", "    in: [bf16, fp16, fp32, fp8]\n"),
+             ('fp16 is not a runner dtype"}\n',
+              'fp16 is not a runner dtype"}\n'
+              '    - {in: fp8, out: fp16, reason: "fp8 activations feed bf16 runners; fp16 is not a runner dtype"}\n'
+              '    - {in: fp8, out: fp32, reason: "a widening output doubles write traffic; no consumer asks for it"}\n'),
+             ("map: {bf16: bf16, fp16: fp16, fp32: bf16}}", "map: {bf16: bf16, fp16: fp16, fp32: bf16, fp8: bf16}}")]
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repo on branch main holding the project's situ_and_mul spec, templates and oracles."""
+    root = copy_project(tmp_path / "repo")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+    return root
+
+
+@pytest.fixture
+def changed(repo: Path) -> Path:
+    spec = repo / SPEC_FILE
+    spec.write_text(add_fp8_input(spec.read_text()))
+    return repo
+
+
+def test_adding_a_dtype_reports_specializations_keys_and_files(changed: Path):
+    report = diff_rev(changed)
+    assert report.base.startswith("merge base of HEAD and main (")
+    assert [f.family for f in report.families] == ["situ_and_mul"]
+    fam = report.families[0]
+    assert fam.status == "changed" and not fam.removed
+    assert sorted((r.arch, r.flags["has_linear_beta"]) for r in fam.added) == sorted(
+        (a, b) for a in ARCHS for b in (False, True))
+    assert all(r.dtypes == NEW_CELL for r in fam.added)
+    # the spec's text is part of every key: each existing specialization must rebuild
+    assert len(fam.invalidated) == 32
+    assert "situ_and_mul__in_bf16__out_bf16__has_linear_beta_off__sm_90a" in fam.invalidated
+    changes = {(c.kind, c.name): (c.old, c.new) for c in fam.changes}
+    assert changes[("axis", "in")] == ("bf16, fp16, fp32", "bf16, fp16, fp32, fp8")
+    assert changes[("exclusion", "in=fp8, out=fp16")] == (
+        None, "fp8 activations feed bf16 runners; fp16 is not a runner dtype")
+    assert changes[("default", "out")][1].endswith("fp8 → bf16")
+    assert report.units_added == NEW_UNITS and not report.units_removed
+    assert "generated/k3kernels/csrc/situ_and_mul/dispatch.cu" in report.files_changed
+    assert "generated/docs/situ_and_mul.md" in report.files_changed
+    assert "generated/MANIFEST" in report.files_changed
+
+
+def test_the_three_formats(changed: Path):
+    report = diff_rev(changed)
+    text = format_text(report)
+    assert "situ_and_mul: changed; specializations +8 -0, 32 cache keys invalidated" in text
+    assert f"  + in=fp8, out=bf16 [has_linear_beta=off; has_linear_beta=on] on {', '.join(ARCHS)}: " \
+           "8 specializations" in text
+    assert "  axis in: bf16, fp16, fp32 -> bf16, fp16, fp32, fp8" in text
+    assert "translation units: +4 -0" in text
+    assert all(f"  A {u}" in text for u in NEW_UNITS)
+
+    md = format_markdown(report)
+    assert "| `situ_and_mul` | changed | 8 | 0 | 32 |" in md
+    assert f"| added | in=fp8, out=bf16 | has_linear_beta=off; has_linear_beta=on | {', '.join(ARCHS)} | 8 |" in md
+    assert "<details><summary>32 cache keys invalidated</summary>" in md
+    assert "translation units: **+4 −0**" in md
+    assert all(f"- `{u}`" in md for u in NEW_UNITS)
+
+    data = json.loads(format_json(report))
+    assert data["totals"]["specializations_added"] == 8
+    assert data["totals"]["cache_keys_invalidated"] == 32
+    assert data["units_added"] == NEW_UNITS
+    fam = data["families"][0]
+    assert {r["identity"] for r in fam["added"]} == {
+        f"situ_and_mul__in_fp8__out_bf16__has_linear_beta_{f}__{a}" for f in ("off", "on") for a in ARCHS}
+    assert len(fam["invalidated"]) == 32
+    assert format_json(report) == format_json(diff_rev(changed))  # stable for tools
+
+
+def test_cli_exits_0_with_or_without_differences(repo: Path, capsys):
+    assert main(["--root", str(repo), "diff"]) == 0
+    assert "no differences" in capsys.readouterr().out
+    spec = repo / SPEC_FILE
+    spec.write_text(add_fp8_input(spec.read_text()))
+    assert main(["--root", str(repo), "diff", "HEAD"]) == 0
+    assert "situ_and_mul: changed" in capsys.readouterr().out
+    assert main(["--root", str(repo), "diff", "HEAD", "--format", "markdown"]) == 0
+    assert capsys.readouterr().out.startswith("### k3gen diff: HEAD (")
+    assert main(["--root", str(repo), "diff", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"]["units_added"] == 4
+
+
+def test_a_new_family_and_a_removed_one(repo: Path, capsys):
+    assert main(["--root", str(repo), "new", "my_copy"]) == 0
+    (repo / SPEC_FILE).unlink()
+    report = diff_rev(repo, "HEAD")
+    assert report.families_added == ["my_copy"] and report.families_removed == ["situ_and_mul"]
+    by = {f.family: f for f in report.families}
+    assert by["my_copy"].status == "added" and len(by["my_copy"].added) == 2  # bf16, fp32 on sm_90a
+    assert by["situ_and_mul"].status == "removed" and len(by["situ_and_mul"].removed) == 32
+    assert len(report.units_added) == 3 and len(report.units_removed) == 18  # 8 variants + dispatch, 2 backends
+
+
+def test_spec_errors_on_either_side_exit_2(repo: Path, capsys):
+    spec = repo / SPEC_FILE
+    good = spec.read_text()
+    spec.write_text(good.replace("in: [bf16, fp16, fp32]", "in: [bf16, fp16, fp61]"))
+    assert main(["--root", str(repo), "diff"]) == 2
+    assert "specs/situ_and_mul.yaml:13" in capsys.readouterr().err
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "broken")
+    short = git(repo, "rev-parse", "--short", "HEAD").strip()
+    spec.write_text(good)
+    assert main(["--root", str(repo), "diff"]) == 2
+    assert f"{short}:specs/situ_and_mul.yaml:13" in capsys.readouterr().err
+
+
+def test_an_unknown_rev_is_refused(repo: Path, capsys):
+    assert main(["--root", str(repo), "diff", "no-such-rev"]) == 1
+    assert "no-such-rev" in capsys.readouterr().err
+
+
+def test_gates_constants_tie_order_and_flags_old_to_new(tmp_path: Path):
+    """compare() on two plans, no git: each kind of spec change, named old → new."""
+    old_root, new_root = copy_project(tmp_path / "old"), copy_project(tmp_path / "new")
+    spec = new_root / SPEC_FILE
+    text = spec.read_text()
+    text = text.replace("  block_threads: 256", "  block_threads: 128\n  num_experts: 4")
+    text = text.replace('{select: "linear_beta is not None"}', '{kwarg: true}')
+    text = text.replace("oracle: k3gen.oracles.situ_and_mul", "tie_order: [3, 2, 1, 0]\noracle: k3gen.oracles.situ_and_mul")
+    text = text.replace('reason: "rows start on a 16-byte boundary', 'reason: "rows start on a vector boundary')
+    spec.write_text(text)
+    old, new = (resolve_all(load_specs(r), r) for r in (old_root, new_root))
+    report = compare(old, new, render_all(old, old_root), render_all(new, new_root))
+    changes = {(c.kind, c.name): (c.old, c.new) for c in report.families[0].changes}
+    assert changes[("constant", "block_threads")] == ("256", "128")
+    assert changes[("constant", "num_experts")] == (None, "4")
+    assert changes[("flag", "has_linear_beta")] == ("per call: on when linear_beta is not None",
+                                                    "keyword argument, default off")
+    assert changes[("tie_order", "tie_order")] == ("lowest_id", "table of 4: 3, 2, 1, 0")
+    gate = next(k for k in changes if k[0] == "gate")
+    assert changes[gate][0].startswith("rows start on a 16-byte") and changes[gate][1].startswith("rows start on a vector")
+    text = format_text(report)
+    assert "  constant block_threads: 256 -> 128" in text
+    assert "  tie_order tie_order: lowest_id -> table of 4: 3, 2, 1, 0" in text
+
+
+def test_templates_new_since_rev_are_borrowed_and_said_so(repo: Path):
+    """A rev from before an output kind existed still renders: the new template comes from the work
+    tree (so its files read as unchanged), and the report names it."""
+    git(repo, "rm", "-q", "--cached", "templates/common/doc.md.j2")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "before docs")
+    report = diff_rev(repo, "HEAD")
+    short = git(repo, "rev-parse", "--short", "HEAD").strip()
+    assert report.notes == [f"templates not at {short}, taken from the work tree: common/doc.md.j2"]
+    assert not report.files_changed and not report.families
+    assert f"note: {report.notes[0]}" in format_text(report)
