@@ -171,6 +171,12 @@ def tie_order(p: FamilyPlan) -> dict:
             "lines": []}
 
 
+def runners_table(p: FamilyPlan) -> Table | None:
+    """The runners of specs/runners.yaml that consume this family's output (its front only)."""
+    rows = [[f"`{r.name}`", r.consumes, r.activation_dtype, ", ".join(r.archs), r.summary] for r in p.runners]
+    return _table(["runner", "consumes", "act dtype", "archs", "summary"], rows) if rows else None
+
+
 def specialization_text(p: FamilyPlan) -> str:
     s = p.spec
     n_cells = len(s.dtypes.generated_cells())
@@ -195,7 +201,8 @@ def family_doc(p: FamilyPlan) -> dict:
             "defaults": defaults_table(p), "knobs": knobs_table(p), "fast_math": fast_math_text(p),
             "vector_rule": vector_rule(p), "vectors": vector_table(p), "archs": arch_table(p),
             "legend": arch_legend(), "gates": gate_items(p), "constants": constants_table(p),
-            "tie_order": tie_order(p), "specializations": specialization_text(p)}
+            "tie_order": tie_order(p), "specializations": specialization_text(p),
+            "runners": runners_table(p), "runners_file": p.runners_file}
 
 
 def index_table(plans: list[FamilyPlan]) -> Table:

@@ -113,6 +113,8 @@ def test_add_a_runner(project, capsys, monkeypatch):
     lookup = read(project, "k3kernels/runners.py")
     assert "'deepgemm_fp8': Runner('deepgemm_fp8', ('sm_90a', 'sm_100a'), 'dense_bf16', torch.bfloat16," in lookup
     assert "('deepgemm_fp8', ['sm_90a', 'sm_100a'], 'dense_bf16', torch.bfloat16)," in read(project, "tests/test_runners.py")
+    assert "| `deepgemm_fp8` | dense_bf16 | bf16 | sm_90a, sm_100a | DeepGEMM fp8 grouped GEMM |" in read(
+        project, "docs/route_quant_fused.md")
     # The lookup answers for the new runner without any code change.
     import importlib.util
 

@@ -133,6 +133,20 @@ K3_DEVICE uint8_t fp8_e4m3(float x) {
 K3_DEVICE uint16_t fp8x2_e4m3(float a, float b) { return uint16_t(fp8_e4m3(a) | (fp8_e4m3(b) << 8)); }
 #endif
 
+// fp8 e4m3 as an element type (inputs and outputs of a spec's dtype axes).
+#if K3_CUDA
+template <> K3_DEVICE float to_float<__nv_fp8_e4m3>(__nv_fp8_e4m3 x) { return float(x); }
+template <> K3_DEVICE __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float x) { return __nv_fp8_e4m3(x); }  // satfinite
+#else
+template <> K3_DEVICE float to_float<k3_fp8>(k3_fp8 x) {
+  const float sign = (x.bits & 0x80u) ? -1.0f : 1.0f;
+  const uint32_t e = (x.bits >> 3) & 0xfu, m = x.bits & 7u;
+  if (e == 15u && m == 7u) return __uint_as_float(0x7fc00000u);  // the one NaN code
+  return sign * (e == 0u ? float(m) * 0.001953125f : ldexpf(1.0f + float(m) * 0.125f, int(e) - 7));
+}
+template <> K3_DEVICE k3_fp8 from_float<k3_fp8>(float x) { return k3_fp8{fp8_e4m3(x)}; }
+#endif
+
 // Lane exchange within a warp (CUDA) or wavefront (HIP).
 template <typename T>
 K3_DEVICE T shfl_xor(T v, int mask) {
