@@ -17,7 +17,14 @@ print(f"{sys.argv[1]}: {sys.argv[2]} {dt * 1e3:.0f} ms ({len(m.VARIANTS)} varian
 PY
   done
 done
-python3 -m pytest generated/tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -5
-python3 bench/bench.py --out "$OUT" 2>&1 | grep -v Warning | tee "$OUT/bench.log"
+timeout "${TEST_TIMEOUT:-400}" python3 -m pytest generated/tests -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -5
+# Benchmarks: every family, or those named in BENCH (space-separated).
+timeout "${BENCH_TIMEOUT:-400}" python3 bench/bench.py --out "$OUT" $(for f in ${BENCH:-}; do echo --family "$f"; done) \
+  2>&1 | grep -v Warning | tee "$OUT/bench.log"
+# compute-sanitizer memcheck over a slice of the generated tests (small shapes of every family).
+if [ -n "${SANITIZE:-}" ] && command -v compute-sanitizer >/dev/null; then
+  timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool memcheck --error-exitcode 99 python3 -m pytest \
+    generated/tests -p no:cacheprovider -x -k "$SANITIZE" 2>&1 | tee "$OUT/memcheck.log" | tail -6
+fi
 # The device tool returns at most 8 files: pack everything into one archive.
 tar -czf "$FINAL/k3results.tgz" -C "$OUT" .
