@@ -17,7 +17,7 @@ import torch
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "generated")]
 
-from common import copy_us, record, time_graph_us  # noqa: E402
+from common import bandwidth_verdict, measure, time_graph_us  # noqa: E402
 
 
 def bench_situ_and_mul() -> tuple[list[dict], list[str]]:
@@ -35,14 +35,11 @@ def bench_situ_and_mul() -> tuple[list[dict], list[str]]:
             x = torch.randn(m, 2 * d, device="cuda").mul_(6).to(oracle.TORCH[dt_in])
             out = torch.empty(m, d, device="cuda", dtype=oracle.TORCH[dt_out])
             nbytes = x.numel() * x.element_size() + out.numel() * out.element_size()
-            us = time_graph_us(lambda: fam.situ_and_mul(x, oracle.BETA, oracle.LINEAR_BETA, out=out))
-            cus = time_graph_us(lambda: ref(x, dt_out))
-            r = record(family="situ_and_mul", M=m, D=d, dtypes=f"{dt_in}->{dt_out}", bytes=nbytes, us=us,
-                       copy_us=copy_us(nbytes), compile_us=cus)
+            r = measure(lambda: fam.situ_and_mul(x, oracle.BETA, oracle.LINEAR_BETA, out=out), lambda: ref(x, dt_out),
+                        nbytes, family="situ_and_mul", M=m, D=d, dtypes=f"{dt_in}->{dt_out}")
             rows.append(r)
-            ok = r["speedup_vs_compile"] >= 1.0 and (m < 4096 or r["ratio_to_copy"] >= 0.9) and (m != 1 or us <= 2.5)
-            verdicts.append(f"{'ok  ' if ok else 'MISS'} {r['dtypes']:>10} M={m:<6} {us:8.2f} us {r['gbps']:7.0f} GB/s "
-                            f"copy {r['ratio_to_copy']:5.1%}  vs compile x{r['speedup_vs_compile']:.2f}")
+            ok = r["speedup_vs_compile"] >= 1.0 and (m < 4096 or r["ratio_to_copy"] >= 0.9) and (m != 1 or r["us"] <= 2.5)
+            verdicts.append(bandwidth_verdict(r, ok, 10))
     return rows, verdicts
 
 
@@ -62,15 +59,11 @@ def bench_per_token_group_quant() -> tuple[list[dict], list[str]]:
             x = torch.randn(m, k, device="cuda").to(oracle.TORCH[dt])
             q, scale = fam.per_token_group_quant(x, group_size=g, scale_format=fmt)
             nbytes = x.numel() * x.element_size() + q.numel() + scale.numel() * 4
-            us = time_graph_us(lambda: fam.per_token_group_quant(x, group_size=g, scale_format=fmt, out=q,
-                                                                 out_scale=scale))
-            cus = time_graph_us(lambda: ref(x))
-            r = record(family="per_token_group_quant", M=m, K=k, dtypes=f"{dt} G{g} {fmt}", bytes=nbytes, us=us,
-                       copy_us=copy_us(nbytes), compile_us=cus)
+            r = measure(lambda: fam.per_token_group_quant(x, group_size=g, scale_format=fmt, out=q, out_scale=scale),
+                        lambda: ref(x), nbytes, family="per_token_group_quant", M=m, K=k, dtypes=f"{dt} G{g} {fmt}")
             rows.append(r)
-            ok = r["speedup_vs_compile"] >= 1.0 and (m < 4096 or r["ratio_to_copy"] >= 0.9) and (m != 1 or us <= 3.0)
-            verdicts.append(f"{'ok  ' if ok else 'MISS'} {r['dtypes']:>18} M={m:<6} {us:8.2f} us {r['gbps']:7.0f} GB/s "
-                            f"copy {r['ratio_to_copy']:5.1%}  vs compile x{r['speedup_vs_compile']:.2f}")
+            ok = r["speedup_vs_compile"] >= 1.0 and (m < 4096 or r["ratio_to_copy"] >= 0.9) and (m != 1 or r["us"] <= 3.0)
+            verdicts.append(bandwidth_verdict(r, ok, 18))
     return rows, verdicts
 
 
@@ -89,11 +82,10 @@ def bench_route_topk() -> tuple[list[dict], list[str]]:
             bias = torch.randn(e, device="cuda") * 0.1
             w, ids = fam.route_topk(scores, bias, k, routed_scaling_factor=2.5)
             nbytes = scores.numel() * scores.element_size() + bias.numel() * 4 + w.numel() * 4 + ids.numel() * 4
-            us = time_graph_us(lambda: fam.route_topk(scores, bias, k, routed_scaling_factor=2.5, out_weights=w,
-                                                      out_ids=ids))
-            cus = time_graph_us(lambda: ref(scores, bias))
-            r = record(family="route_topk", M=m, E=e, K=k, dtypes=f"score {dt}, bias fp32", bytes=nbytes, us=us,
-                       copy_us=copy_us(nbytes), compile_us=cus)
+            r = measure(lambda: fam.route_topk(scores, bias, k, routed_scaling_factor=2.5, out_weights=w, out_ids=ids),
+                        lambda: ref(scores, bias), nbytes, family="route_topk", M=m, E=e, K=k,
+                        dtypes=f"score {dt}, bias fp32")
+            us, cus = r["us"], r["compile_us"]
             rows.append(r)
             limit = 4.0 if m == 1 else 15.0
             ok = r["speedup_vs_compile"] >= 4.0 and us <= limit
@@ -122,16 +114,15 @@ def bench_route_quant_fused() -> tuple[list[dict], list[str]]:
             outs = fam.route_quant_fused(s, b, x, k)
             names = ("out_weights", "out_ids", "out_q", "out_scale")
             nbytes = sum(t.numel() * t.element_size() for t in (s, b, x, *outs))
-            us = time_graph_us(lambda: fam.route_quant_fused(s, b, x, k, **dict(zip(names, outs))))
 
             def separate():
                 route_topk.route_topk(s, b, k, out_weights=outs[0], out_ids=outs[1])
                 ptgq.per_token_group_quant(x, group_size=32, scale_format="ue8m0", out=outs[2], out_scale=outs[3])
 
-            sep_us = time_graph_us(separate)
-            cus = time_graph_us(lambda: ref(s, b, x))
-            r = record(family="route_quant_fused", M=m, dtypes=f"score {score}, act {act}", bytes=nbytes, us=us,
-                       copy_us=copy_us(nbytes), compile_us=cus, separate_us=sep_us)
+            r = measure(lambda: fam.route_quant_fused(s, b, x, k, **dict(zip(names, outs))), lambda: ref(s, b, x),
+                        nbytes, family="route_quant_fused", M=m, dtypes=f"score {score}, act {act}",
+                        separate_us=time_graph_us(separate))
+            us, sep_us, cus = r["us"], r["separate_us"], r["compile_us"]
             rows.append(r)
             ok = us < sep_us if m <= 64 else us <= 1.1 * sep_us
             verdicts.append(f"{'ok  ' if ok else 'MISS'} {r['dtypes']:>20} M={m:<5} fused {us:7.2f} us  "
@@ -139,7 +130,8 @@ def bench_route_quant_fused() -> tuple[list[dict], list[str]]:
     return rows, verdicts
 
 
-FAMILIES = {"route_topk": bench_route_topk, "route_quant_fused": bench_route_quant_fused, "situ_and_mul": bench_situ_and_mul, "per_token_group_quant": bench_per_token_group_quant}
+FAMILIES = {"per_token_group_quant": bench_per_token_group_quant, "route_quant_fused": bench_route_quant_fused,
+            "route_topk": bench_route_topk, "situ_and_mul": bench_situ_and_mul}
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:

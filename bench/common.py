@@ -43,6 +43,17 @@ def copy_us(nbytes_moved: int) -> float:
     return time_graph_us(lambda: dst.copy_(src))
 
 
+def measure(kernel, compiled, nbytes: int, **fields) -> dict:
+    """One row: the kernel, torch.compile of the oracle, and a copy of the same bytes, in this run."""
+    return record(**fields, bytes=nbytes, us=time_graph_us(kernel), copy_us=copy_us(nbytes),
+                  compile_us=time_graph_us(compiled))
+
+
+def bandwidth_verdict(r: dict, ok: bool, width: int) -> str:
+    return (f"{'ok  ' if ok else 'MISS'} {r['dtypes']:>{width}} M={r['M']:<6} {r['us']:8.2f} us {r['gbps']:7.0f} GB/s "
+            f"copy {r['ratio_to_copy']:5.1%}  vs compile x{r['speedup_vs_compile']:.2f}")
+
+
 def record(**kw) -> dict:
     us, nbytes = kw["us"], kw["bytes"]
     kw["gbps"] = nbytes / (us * 1e-6) / 1e9
