@@ -8,6 +8,8 @@ import pytest
 from k3gen.cli import main
 from support import copy_project
 
+pytest_plugins = ["fake_cc"]  # the fake device compiler fixture of the cache and AOT tests
+
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from fake_cc import fake_cc  # noqa: F401 (a fixture)
 from k3gen.cli import main
 from k3gen.runtime import K3BuildError, K3ToolchainMissing
 from k3gen.runtime.artifact import LIB, RECORD

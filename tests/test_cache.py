@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fake_cc import build_in_child, fake_cc  # noqa: F401 (a fixture)
+from fake_cc import build_in_child
 from k3gen.runtime import K3BuildError, K3ToolchainMissing
 from k3gen.runtime.artifact import LIB, RECORD
 from k3gen.runtime.cache import BuildRequest, ensure_built
