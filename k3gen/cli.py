@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from .errors import SpecErrors
+from .write import GeneratedTreeError
 
 
 def find_root(start: Path) -> Path:
@@ -173,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         return fn(root, args)
     except SpecErrors as exc:
         print(exc.render(), file=sys.stderr)
+        return 2
+    except GeneratedTreeError as exc:
+        print(f"k3gen {args.command}: {exc}", file=sys.stderr)
         return 2
 
 

@@ -10,6 +10,7 @@ import itertools
 from dataclasses import dataclass
 
 from .dtypes import DTYPES
+from .escape import one_line
 from .plan import FamilyPlan
 from .support import COMPILED, DECLARED, HIP_COMPILED_IN_CI, RUN, RUN_ON_GPU, arch_state
 
@@ -24,7 +25,7 @@ class Table:
 
 def cell(text) -> str:
     """Text safe inside a Markdown table cell: pipes escaped, one line."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return " ".join(one_line(text).split()).replace("|", "\\|")
 
 
 def code(text) -> str:

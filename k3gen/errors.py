@@ -16,7 +16,12 @@ class SpecError:
 
     def __str__(self) -> str:
         where = f'kernel "{self.kernel}", {self.field}' if self.kernel else self.field
-        return f"{self.file}:{self.line} ({where}): {self.message}"
+        return _printable(f"{self.file}:{self.line} ({where}): {self.message}")
+
+
+def _printable(text: str) -> str:
+    """One line any terminal can print: a spec's control characters and lone surrogates escaped."""
+    return "".join(c if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF else ascii(c)[1:-1] for c in text)
 
 
 class SpecErrors(Exception):
@@ -36,9 +41,22 @@ class FieldError(ValueError):
     """Raised inside pydantic validators to point below the field being validated.
 
     pydantic keeps the exception in the error's ctx, so the loader can extend the location
-    with `subpath` and the line map can point at the exact YAML node.
+    with `subpath` and the line map can point at the exact YAML node. `also` carries further
+    problems found by the same validator, (subpath, message) each, so all are reported at once.
     """
 
-    def __init__(self, message: str, subpath: tuple = ()):
+    def __init__(self, message: str, subpath: tuple = (), also: list[tuple[tuple, str]] = ()):
         super().__init__(message)
         self.subpath = tuple(subpath)
+        self.also = list(also)
+
+    @property
+    def items(self) -> list[tuple[tuple, str]]:
+        return [(self.subpath, str(self)), *self.also]
+
+    @classmethod
+    def collect(cls, problems: list[tuple[tuple, str]]) -> None:
+        """Raise one FieldError carrying every (subpath, message), if there are any."""
+        if problems:
+            (first_path, first_msg), *rest = problems
+            raise cls(first_msg, first_path, rest)

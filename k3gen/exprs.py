@@ -1,21 +1,29 @@
-"""Gate predicates: a small, closed subset of Python expressions rendered to Python and C++.
+"""The spec's one expression language: gates, dims, tensor shapes and flag selects.
 
-A gate is written once in the spec and checked twice: in the generated host wrapper (Python) and
-again in the generated C++ entry point (defence in depth). Only what both languages agree on is
-allowed: integer arithmetic, comparisons, and/or/not, and names the plan knows.
+A spec is untrusted data, so its expressions are parsed into a closed grammar, every name is resolved
+against what the spec declares, and only then rendered to Python (the host wrapper) and C++ (the
+gate check in each translation unit). Nothing a spec writes is ever evaluated as Python.
+
+The grammar: integer and bool literals, declared names, + - * // %, unary -, comparisons, and/or/not,
+`a if c else b`, `T.ptr`, `T.stride0`, `T.shape[i]` (i a literal), and `X is None` / `X is not None`
+for optional arguments. Types are checked (int, float, bool) so `and`/`or` never see integers.
+`//` and `%` floor in both languages (Python's rule; C++ calls k3::floordiv/floormod), and their right
+operand must be a positive integer known when the spec is loaded (a literal, constant, integer param
+or vec): no division by zero, and the two languages agree on negative left operands.
 """
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-# Tensor attributes a gate may read, with their Python and C++ spellings ({t} = tensor name).
-TENSOR_ATTRS = {
-    "ptr": ("{t}.data_ptr()", "reinterpret_cast<uintptr_t>(a.{t})"),
-    "stride0": ("{t}.stride(0)", "a.{t}_stride0"),
-}
-_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: ("//", "/"), ast.Mod: "%"}
+MAX_SOURCE = 200  # characters of one expression
+MAX_DEPTH = 12  # nesting of one expression's syntax tree
+
+_ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
+_FLOOR = {ast.FloorDiv: ("//", "k3::floordiv"), ast.Mod: ("%", "k3::floormod")}
 _CMPOPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+GRAMMAR = ("integer arithmetic (+ - * // %), comparisons, and/or/not, `a if c else b`, declared names, "
+           "T.ptr, T.stride0, T.shape[i] and `X is None`")
 
 
 class ExprError(ValueError):
@@ -23,83 +31,252 @@ class ExprError(ValueError):
 
 
 @dataclass(frozen=True)
-class Scope:
-    """Names a gate may use. Runtime names become struct fields in C++; constants are inlined."""
+class Name:
+    """A name an expression may use, its type and its spellings (cpp None: not readable in C++)."""
 
-    runtime: frozenset[str]  # dims, scalars and params: `a.NAME` in C++, a local in Python
-    constants: dict  # name -> int/float/bool, inlined in both languages
-    tensors: frozenset[str]  # tensor arguments whose TENSOR_ATTRS may be read
-    locals: frozenset[str] = frozenset({"vec"})  # same spelling in both (a constexpr in C++)
+    type: str  # int, float or bool
+    py: str
+    cpp: str | None
+    shown: bool = True  # its value is printed when a gate fails (constants are not: they never vary)
+    positive: bool = False  # a positive integer known at load time: may divide
+
+
+def constant(value) -> Name:
+    """A spec constant: inlined in both languages."""
+    return Name(_type_of(value), _literal(value, "py"), _literal(value, "cpp"), shown=False,
+                positive=type(value) is int and value > 0)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one kind of expression may read; `cpp` when it is also rendered into C++."""
+
+    names: dict[str, Name]
+    tensors: dict[str, int] = field(default_factory=dict)  # tensor argument -> rank
+    optional: frozenset[str] = frozenset()  # arguments that may be None
+    cpp: bool = False
+    want: str = "bool"  # the type the whole expression must have
+    strided: frozenset[str] = frozenset()  # tensors whose row stride C++ receives (layout: rows)
 
 
 @dataclass(frozen=True)
 class Expr:
     source: str
     python: str
-    cpp: str
-    names: tuple[str, ...]  # Python spellings of the values shown when the gate fails
+    cpp: str | None
+    names: tuple[str, ...]  # Python spellings of the values shown when a gate fails
 
 
-def parse_expr(source: str, scope: Scope) -> Expr:
-    """Parse and check `source`; raise ExprError naming what is not allowed."""
+def parse_expr(source, scope: Scope) -> Expr:
+    """Parse, resolve and type-check `source`; raise ExprError saying what is not allowed."""
+    if isinstance(source, bool) or not isinstance(source, (str, int)):
+        raise ExprError(f"expected an expression (a string or an integer); got {type(source).__name__}")
+    text = str(source)
+    if len(text) > MAX_SOURCE:
+        raise ExprError(f"the expression has {len(text)} characters; at most {MAX_SOURCE} (exprs.MAX_SOURCE): "
+                        "name a dim or a constant for the repeated part")
     try:
-        tree = ast.parse(str(source), mode="eval").body
+        tree = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as exc:
-        raise ExprError(f"'{source}' is not an expression: {exc.msg}") from None
-    names: list[str] = []
-    py = _render(tree, scope, "py", names)
-    cpp = _render(tree, scope, "cpp", [])
-    return Expr(str(source), py, cpp, tuple(dict.fromkeys(names)))
+        raise ExprError(f"'{text}' is not an expression: {exc.msg}") from None
+    except (ValueError, RecursionError, MemoryError):  # NUL bytes; pathological nesting
+        raise ExprError(f"'{text}' is not an expression; use {GRAMMAR}") from None
+    _check_depth(tree)
+    r = _Renderer(scope)
+    py, cpp, typ = r.render(tree)
+    if scope.cpp and cpp is None:
+        raise ExprError(f"'{text}' is checked again in C++, which cannot read T.shape[i], `is None` or the "
+                        "stride0 of a tensor whose layout is not rows; use dims, scalars, constants, params, vec, "
+                        "T.ptr and T.stride0")
+    if typ != scope.want and not (scope.want == "int" and typ == "int"):
+        raise ExprError(f"'{text}' is {_a(typ)} expression; {_a(scope.want)} is needed here")
+    return Expr(text, py, cpp if scope.cpp else None, tuple(dict.fromkeys(r.shown)))
 
 
-def _render(node, scope: Scope, lang: str, names: list[str]) -> str:
-    r = lambda n: _render(n, scope, lang, names)  # noqa: E731
-    if isinstance(node, ast.BoolOp):
-        op = {ast.And: ("and", "&&"), ast.Or: ("or", "||")}[type(node.op)][lang == "cpp"]
-        return "(" + f" {op} ".join(r(v) for v in node.values) + ")"
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub)):
-        op = "-" if isinstance(node.op, ast.USub) else ("not " if lang == "py" else "!")
-        return f"({op}{r(node.operand)})"
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        op = _BINOPS[type(node.op)]
-        if isinstance(op, tuple):
-            op = op[lang == "cpp"]
-        return f"({r(node.left)} {op} {r(node.right)})"
-    if isinstance(node, ast.Compare):
-        parts = []
+def _a(typ: str) -> str:
+    return {"int": "an integer", "float": "a float", "bool": "a true/false"}[typ]
+
+
+def _check_depth(tree: ast.AST) -> None:
+    todo = [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise ExprError(f"the expression nests deeper than {MAX_DEPTH} levels (exprs.MAX_DEPTH); "
+                            "split it into named dims")
+        todo += [(child, depth + 1) for child in ast.iter_child_nodes(node)]
+
+
+class _Renderer:
+    def __init__(self, scope: Scope):
+        self.scope = scope
+        self.shown: list[str] = []
+
+    def render(self, node) -> tuple[str, str | None, str]:
+        """(Python, C++ or None, type) of one node."""
+        method = getattr(self, f"_{type(node).__name__}", None)
+        if method is None:
+            raise ExprError(f"'{_unparse(node)}' is not allowed; use {GRAMMAR}")
+        return method(node)
+
+    def _typed(self, node, *types: str) -> tuple[str, str | None]:
+        py, cpp, typ = self.render(node)
+        if typ not in types:
+            raise ExprError(f"'{_unparse(node)}' is {_a(typ)}; {' or '.join(_a(t) for t in types)} is needed here")
+        return py, cpp
+
+    def _Constant(self, node):
+        v = node.value
+        if type(v) not in (int, bool):
+            raise ExprError(f"{v!r}: only integer and True/False literals are allowed (a float or text belongs "
+                            "in `constants`)")
+        return _literal(v, "py"), _literal(v, "cpp"), _type_of(v)
+
+    def _Name(self, node):
+        name = self.scope.names.get(node.id)
+        if name is None:
+            known = sorted([*self.scope.names, *self.scope.tensors])
+            raise ExprError(f"unknown name '{node.id}'; known here: {', '.join(known) or 'none'}")
+        if name.shown:
+            self.shown.append(name.py)
+        return name.py, name.cpp, name.type
+
+    def _UnaryOp(self, node):
+        if isinstance(node.op, ast.Not):
+            py, cpp = self._typed(node.operand, "bool")
+            return f"(not {py})", _join(cpp, lambda c: f"(!{c})"), "bool"
+        if isinstance(node.op, ast.USub):
+            py, cpp, typ = self.render(node.operand)
+            if typ == "bool":
+                raise ExprError(f"'{_unparse(node)}': cannot negate a true/false value")
+            return f"(-{py})", _join(cpp, lambda c: f"(-{c})"), typ
+        raise ExprError(f"'{_unparse(node)}': only unary - and `not` are allowed")
+
+    def _BinOp(self, node):
+        op = type(node.op)
+        if op in _ARITH:
+            (lp, lc, lt), (rp, rc, rt) = self.render(node.left), self.render(node.right)
+            if "bool" in (lt, rt):
+                raise ExprError(f"'{_unparse(node)}': arithmetic on a true/false value")
+            s = _ARITH[op]
+            return f"({lp} {s} {rp})", _join2(lc, rc, lambda a, b: f"({a} {s} {b})"), \
+                "float" if "float" in (lt, rt) else "int"
+        if op in _FLOOR:
+            lp, lc = self._typed(node.left, "int")
+            rp, rc = self._typed(node.right, "int")
+            if not self._positive(node.right):
+                raise ExprError(f"'{_unparse(node)}': the right operand of {_FLOOR[op][0]} must be a positive "
+                                "integer known when the spec is loaded (a literal, a constant, an integer param or "
+                                "vec), so both languages agree and nothing divides by zero")
+            py_op, fn = _FLOOR[op]
+            return f"({lp} {py_op} {rp})", _join2(lc, rc, lambda a, b: f"{fn}({a}, {b})"), "int"
+        raise ExprError(f"operator {_unparse(node)!r} is not allowed; use {GRAMMAR}")
+
+    def _positive(self, node) -> bool:
+        if isinstance(node, ast.Constant):
+            return type(node.value) is int and node.value > 0
+        if isinstance(node, ast.Name):
+            return self.scope.names[node.id].positive
+        return False
+
+    def _BoolOp(self, node):
+        parts = [self._typed(v, "bool") for v in node.values]
+        py_op, cpp_op = ("and", "&&") if isinstance(node.op, ast.And) else ("or", "||")
+        py = "(" + f" {py_op} ".join(p for p, _ in parts) + ")"
+        cpps = [c for _, c in parts]
+        cpp = None if None in cpps else "(" + f" {cpp_op} ".join(cpps) + ")"
+        return py, cpp, "bool"
+
+    def _Compare(self, node):
+        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+            return self._is_none(node)
+        py_parts, cpp_parts = [], []
         left = node.left
         for op, right in zip(node.ops, node.comparators):
             if type(op) not in _CMPOPS:
-                raise ExprError(f"operator {type(op).__name__} is not allowed; use ==, !=, <, <=, >, >=")
-            parts.append(f"({r(left)} {_CMPOPS[type(op)]} {r(right)})")
+                raise ExprError(f"'{_unparse(node)}': use ==, !=, <, <=, >, >= (or `X is None` alone)")
+            (lp, lc, lt), (rp, rc, rt) = self.render(left), self.render(right)
+            if (lt == "bool") != (rt == "bool") or (lt == "bool" and type(op) not in (ast.Eq, ast.NotEq)):
+                raise ExprError(f"'{_unparse(node)}': compares a true/false value with a number")
+            s = _CMPOPS[type(op)]
+            py_parts.append(f"({lp} {s} {rp})")
+            cpp_parts.append(_join2(lc, rc, lambda a, b: f"({a} {s} {b})"))
             left = right
-        joiner = " and " if lang == "py" else " && "
-        return parts[0] if len(parts) == 1 else "(" + joiner.join(parts) + ")"
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
-        return _literal(node.value, lang)
-    if isinstance(node, ast.Name):
-        name = node.id
-        if name in scope.constants:
-            return _literal(scope.constants[name], lang)
-        if name in scope.runtime:
-            names.append(name)
-            return name if lang == "py" else f"a.{name}"
-        if name in scope.locals:
-            names.append(name)
-            return name
-        known = sorted({*scope.runtime, *scope.constants, *scope.locals})
-        raise ExprError(f"unknown name '{name}'; known: {', '.join(known)}")
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        t, attr = node.value.id, node.attr
-        if t not in scope.tensors:
-            raise ExprError(f"'{t}.{attr}': '{t}' is not a tensor argument; tensors: {', '.join(sorted(scope.tensors))}")
-        if attr not in TENSOR_ATTRS:
-            raise ExprError(f"'{t}.{attr}' is not readable in a gate; use one of: {', '.join(TENSOR_ATTRS)}")
-        spelling = TENSOR_ATTRS[attr][lang == "cpp"].format(t=t)
-        names.append(TENSOR_ATTRS[attr][0].format(t=t))
-        return spelling
-    raise ExprError(f"'{ast.unparse(node)}' is not allowed in a gate; use integer arithmetic (+ - * // %), "
-                    "comparisons, and/or/not, and names")
+        if len(py_parts) == 1:
+            return py_parts[0], cpp_parts[0], "bool"
+        cpp = None if None in cpp_parts else "(" + " && ".join(cpp_parts) + ")"
+        return "(" + " and ".join(py_parts) + ")", cpp, "bool"
+
+    def _is_none(self, node):
+        target, right = node.left, node.comparators[0]
+        if not (isinstance(target, ast.Name) and isinstance(right, ast.Constant) and right.value is None):
+            raise ExprError(f"'{_unparse(node)}': `is` only in `NAME is None` / `NAME is not None`")
+        if target.id not in self.scope.optional:
+            known = ", ".join(sorted(self.scope.optional)) or "none"
+            raise ExprError(f"'{target.id}' is not an optional argument here; optional: {known}")
+        neg = isinstance(node.ops[0], ast.IsNot)
+        return f"({target.id} is {'not ' if neg else ''}None)", None, "bool"
+
+    def _IfExp(self, node):
+        tp, tc = self._typed(node.test, "bool")
+        (ap, ac, at), (bp, bc, bt) = self.render(node.body), self.render(node.orelse)
+        if at != bt:
+            raise ExprError(f"'{_unparse(node)}': both branches must have the same type ({at} vs {bt})")
+        cpp = None if None in (tc, ac, bc) else f"({tc} ? {ac} : {bc})"
+        return f"({ap} if {tp} else {bp})", cpp, at
+
+    def _Attribute(self, node):
+        t = self._tensor(node.value, node)
+        if node.attr == "ptr":
+            self.shown.append(f"{t}.data_ptr()")
+            return f"{t}.data_ptr()", f"k3::address(a.{t})", "int"
+        if node.attr == "stride0":
+            self.shown.append(f"{t}.stride(0)")
+            return f"{t}.stride(0)", f"a.{t}_stride0" if t in self.scope.strided else None, "int"
+        raise ExprError(f"'{_unparse(node)}' is not readable; use {t}.ptr, {t}.stride0 or {t}.shape[i]")
+
+    def _Subscript(self, node):
+        value = node.value
+        if not (isinstance(value, ast.Attribute) and value.attr == "shape"):
+            raise ExprError(f"'{_unparse(node)}': only T.shape[i] may be indexed")
+        t = self._tensor(value.value, node)
+        index = node.slice
+        if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub) and isinstance(index.operand, ast.Constant):
+            i = -index.operand.value if type(index.operand.value) is int else None
+        else:
+            i = index.value if isinstance(index, ast.Constant) and type(index.value) is int else None
+        rank = self.scope.tensors[t]
+        if i is None or not -rank <= i < rank:
+            raise ExprError(f"'{_unparse(node)}': the index must be an integer literal in {-rank}..{rank - 1} "
+                            f"({t} has rank {rank})")
+        self.shown.append(f"{t}.shape[{i}]")
+        return f"{t}.shape[{i}]", None, "int"
+
+    def _tensor(self, node, whole) -> str:
+        if not isinstance(node, ast.Name) or node.id not in self.scope.tensors:
+            known = ", ".join(sorted(self.scope.tensors)) or "none"
+            raise ExprError(f"'{_unparse(whole)}': attributes are read from tensor arguments only; tensors "
+                            f"readable here: {known}")
+        return node.id
+
+
+def _join(cpp, fn):
+    return None if cpp is None else fn(cpp)
+
+
+def _join2(a, b, fn):
+    return None if a is None or b is None else fn(a, b)
+
+
+def _unparse(node) -> str:
+    try:
+        return ast.unparse(node)
+    except Exception:  # noqa: BLE001 - only for a message
+        return type(node).__name__
+
+
+def _type_of(value) -> str:
+    return "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "float"
 
 
 def _literal(value, lang: str) -> str:

@@ -9,8 +9,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from .bounds import MAX_SPEC_BYTES
 from .errors import FieldError, SpecError, SpecErrors
+from .grammar import IDENT, spec_file_problem
 from .model import KernelSpec, RunnerTable, _suggest
+from .spec_checks import check_spec
 from .yaml_lines import LocatedData, parse_yaml
 
 
@@ -49,7 +52,10 @@ def load_specs(root: Path, files: list[Path] | None = None) -> list[LoadedSpec]:
     loaded, errors, runners = [], [], None
     for f in files:
         rel = Path(f).resolve().relative_to(root.resolve()).as_posix() if Path(f).is_absolute() else Path(f).as_posix()
-        text = (root / rel).read_text() if not Path(f).is_absolute() else Path(f).read_text()
+        text, errs = read_spec(root, Path(f) if Path(f).is_absolute() else root / rel, rel)
+        errors += errs
+        if text is None:
+            continue
         parse = parse_runners if Path(rel).name == RUNNERS_FILE else parse_spec
         doc, errs = parse(text, rel)
         errors += errs
@@ -65,6 +71,31 @@ def load_specs(root: Path, files: list[Path] | None = None) -> list[LoadedSpec]:
     return loaded
 
 
+def read_spec(root: Path, path: Path, rel: str) -> tuple[str | None, list[SpecError]]:
+    """A spec's text, or why it cannot be read: a bad file name, a link, too many bytes, not UTF-8.
+
+    The file name is printed in every generated banner, so it must be a plain NAME.yaml; a link could
+    make k3gen read outside the project.
+    """
+    shown = ascii(rel)[1:-1]
+    problem = spec_file_problem(Path(rel).name)
+    if problem:
+        return None, [SpecError(shown, 1, "", "<file>", problem)]
+    if path.is_symlink() or not path.is_file():
+        return None, [SpecError(shown, 1, "", "<file>", "not a regular file (a symbolic link or a folder); "
+                                                         "a spec is a plain file inside specs/")]
+    data = path.read_bytes()[: MAX_SPEC_BYTES + 1]
+    if len(data) > MAX_SPEC_BYTES:
+        return None, [SpecError(shown, 1, "", "<file>", f"the file is larger than {MAX_SPEC_BYTES} bytes "
+                                                         "(bounds.MAX_SPEC_BYTES); a spec is a short file")]
+    try:
+        return data.decode("utf-8"), []
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        return None, [SpecError(shown, line, "", "<file>", f"byte 0x{data[exc.start]:02x} is not UTF-8; "
+                                                            "save the spec as UTF-8 text")]
+
+
 def parse_spec(text: str, file: str) -> tuple[LoadedSpec | None, list[SpecError]]:
     """Parse and validate one spec's text; `file` is the name errors print."""
     located, errors = parse_yaml(text, file)
@@ -75,14 +106,50 @@ def parse_spec(text: str, file: str) -> tuple[LoadedSpec | None, list[SpecError]
         return None, errors + [SpecError(file, located.line_of(()), "", "<root>",
                                          f"the file holds {_kind(data)}, but a spec is a mapping; "
                                          "start with `kernel: NAME`")]
-    kernel = data.get("kernel") if isinstance(data.get("kernel"), str) else ""
+    kernel = data.get("kernel") if isinstance(data.get("kernel"), str) and IDENT.match(data["kernel"]) else ""
     errors = [replace(e, kernel=kernel) if not e.kernel else e for e in errors]
     try:
         spec = KernelSpec.model_validate(data)
     except ValidationError as exc:
-        return None, errors + _validation_errors(exc, data, located, file, kernel, KernelSpec, errors)
+        errors += _validation_errors(exc, data, located, file, kernel, KernelSpec, errors)
+        parts = _valid_parts(data, {e["loc"][0] for e in exc.errors() if e["loc"]})
+        return None, errors + _rule_errors(check_spec(parts), located, file, kernel)
+    errors += _rule_errors(check_spec({n: getattr(spec, n) for n in KernelSpec.model_fields}), located, file, kernel)
     loaded = LoadedSpec(spec, file, text, located)
     return (None if errors else loaded), errors
+
+
+def _valid_parts(data: dict, failed: set) -> dict:
+    """The top-level fields that validated (or took their default), so the cross-field rules can
+    still run on them when another field is wrong."""
+    parts = {}
+    for name, field in KernelSpec.model_fields.items():
+        if name in failed:
+            continue
+        if name in data:
+            parts[name] = _adapter(name).validate_python(data[name])
+        elif not field.is_required():
+            parts[name] = field.get_default(call_default_factory=True)
+    return parts
+
+
+_ADAPTERS: dict = {}
+
+
+def _adapter(name: str):
+    from typing import Annotated
+
+    from pydantic import TypeAdapter
+
+    if name not in _ADAPTERS:
+        field = KernelSpec.model_fields[name]
+        _ADAPTERS[name] = TypeAdapter(Annotated[(field.annotation, *field.metadata)] if field.metadata
+                                      else field.annotation)
+    return _ADAPTERS[name]
+
+
+def _rule_errors(problems, located: LocatedData, file: str, kernel: str) -> list[SpecError]:
+    return [SpecError(file, located.line_of(path), kernel, _dotted(path), msg) for path, msg in problems]
 
 
 def parse_runners(text: str, file: str) -> tuple[LoadedRunners | None, list[SpecError]]:
@@ -151,8 +218,10 @@ def _grouped(raw: list[dict], data) -> list[tuple[tuple, list[dict]]]:
     for e in raw:
         path = _data_path(e["loc"], data)
         err = e.get("ctx", {}).get("error")
-        if isinstance(err, FieldError):
-            path = path + err.subpath
+        if isinstance(err, FieldError):  # one validator may report several problems
+            for sub, message in err.items:
+                groups.setdefault(path + sub, []).append(dict(e, ctx={"error": FieldError(message)}))
+            continue
         groups.setdefault(path, []).append(e)
     return list(groups.items())
 
@@ -261,7 +330,7 @@ def check_across(loaded: list[LoadedSpec], root: Path) -> list[SpecError]:
             errors.append(ls.error(("kernel",), f"kernel '{s.kernel}' is already defined at "
                                                 f"{other.file}:{other.located.line_of(('kernel',))}; rename one"))
         first.setdefault(s.kernel, ls)
-        if not (root / "templates" / s.template / "kernel.cuh.j2").is_file():
+        if not _plain_file_inside(root / "templates" / s.template / "kernel.cuh.j2", root / "templates"):
             known = sorted(p.parent.name for p in (root / "templates").glob("*/kernel.cuh.j2"))
             errors.append(ls.error(("template",), f"templates/{s.template}/kernel.cuh.j2 does not exist"
                                                   f"{_suggest(s.template, known)}; known: {', '.join(known) or 'none'}"))
@@ -272,8 +341,8 @@ def check_across(loaded: list[LoadedSpec], root: Path) -> list[SpecError]:
 def _check_oracle(ls: LoadedSpec, root: Path) -> list[SpecError]:
     """The oracle module must define what the generated tests call; read its AST, never import it."""
     s = ls.spec
-    module = root.joinpath(*s.oracle.split(".")).with_suffix(".py")
-    if not module.is_file():
+    module = root.joinpath(*s.oracle.split(".")).with_suffix(".py")  # the model's grammar: k3gen.oracles.NAME
+    if not _plain_file_inside(module, root / "k3gen" / "oracles"):
         known = sorted(p.stem for p in (root / "k3gen" / "oracles").glob("*.py") if p.stem != "__init__")
         close = difflib.get_close_matches(s.oracle.split(".")[-1], known, n=1)
         hint = f" (did you mean 'k3gen.oracles.{close[0]}'?)" if close else ""
@@ -292,6 +361,13 @@ def _check_oracle(ls: LoadedSpec, root: Path) -> list[SpecError]:
     needed += [(("tests", "rejects", n), f"reject_{n}", "define it or remove the entry") for n in s.tests.rejects]
     return [ls.error(path, f"oracle {s.oracle} has no function {fn}(); {fix}")
             for path, fn, fix in needed if fn not in defined]
+
+
+def _plain_file_inside(path: Path, folder: Path) -> bool:
+    """A regular file reached without links, inside `folder`: what a spec names is read from the project."""
+    if not path.is_file() or any(p.is_symlink() for p in (path, *path.parents) if folder in (p, *p.parents)):
+        return False
+    return path.resolve().is_relative_to(folder.resolve())
 
 
 def _dotted(path: tuple) -> str:

@@ -17,9 +17,11 @@ import jinja2.meta
 from . import __version__
 from .dtypes import DTYPES
 from .errors import SpecErrors
+from .bounds import KEY_BITS
 from .exprs import Expr, parse_expr
 from .load import LoadedSpec
 from .model import KernelSpec
+from .scopes import dim_scope, gate_scope, select_scope, shape_scope
 
 BACKENDS = ("cuda", "hip")
 # Part of every cache key; the runtime adds the compiler's own version string when it builds.
@@ -29,7 +31,6 @@ ARG_CTYPES = {"ptr": ("const void*", "c_void_p"), "mut_ptr": ("void*", "c_void_p
 # Templates every family renders (see k3gen.render); with the family's kernel.cuh.j2 they make its sources.
 COMMON_TEMPLATES = ["common/k3_backend.h.j2", "common/abi.h.j2", "common/variant.cu.j2", "common/dispatch.cu.j2",
                     "common/host.py.j2", "common/test.py.j2"]
-KEY_BITS = 4  # bits per switch-key component: dtype codes, param indices and flags all fit
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class FamilyPlan:
     key_parts: list[str] = field(default_factory=list)  # names of the switch-key components, in order
     runners: list = field(default_factory=list)  # model.Runner rows of specs/runners.yaml, if this is their front
     runners_file: str = ""
+    dims: list[tuple[str, Expr]] = field(default_factory=list)  # in binding order
+    selects: dict[str, Expr] = field(default_factory=dict)  # call-time flag -> its select expression
 
     @property
     def name(self) -> str:
@@ -139,6 +142,11 @@ class FamilyPlan:
         for position, index in enumerate(table):
             rank[index] = position
         return rank
+
+    def shape_python(self, shape: list) -> list[str]:
+        """Python spellings of a tensor's dimensions (k3gen.exprs; the model checked them)."""
+        scope = shape_scope(self.spec)
+        return [parse_expr(d, scope).python for d in shape]
 
     def arch_defines(self, arch: str) -> list[str]:
         return [f"-DK3_{f.upper()}={int(arch in (self.spec.flags[f].archs or []))}" for f in self.arch_flags]
@@ -191,12 +199,16 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
                 key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
                 specs.append(Specialization(v, backend, arch, aflags, identity, key))
     excluded = [({a: c[a] for a in axes}, c["reason"]) for c in s.dtypes.exclude]
-    scope = s.gate_scope()
+    scope = gate_scope(s)
     gates = [(parse_expr(g.check, scope), g.reason) for g in s.gates]
+    names = list(s.signature.dims)
+    dims = [(d, parse_expr(src, dim_scope(s, names[:i]))) for i, (d, src) in enumerate(s.signature.dims.items())]
+    selects = {f: parse_expr(fl.select, select_scope(s)) for f, fl in s.flags.items() if fl.select is not None}
     runners = ls.runners.table.runners if ls.runners else []
     return FamilyPlan(s, ls.file, _spec_sha(ls), variants, specs, excluded, gates, _arg_fields(s),
                       [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
-                      [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "")
+                      [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "",
+                      dims, selects)
 
 
 def _vector_elements(s: KernelSpec, dtypes: dict) -> int:

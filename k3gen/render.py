@@ -5,13 +5,14 @@ One function per output kind; templates get the plan (C++ spellings and keys alr
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import jinja2
 
+from . import escape
 from .dtypes import DTYPES
-from .plan import KEY_BITS, FamilyPlan, Variant
+from .bounds import KEY_BITS
+from .plan import FamilyPlan, Variant
 
 # One kernel header serves both backends: k3_backend.h picks the primitives (warp width, shuffles,
 # scans, conversions) from the compiler's own macros; only the translation units differ per backend.
@@ -24,8 +25,12 @@ def make_env(root: Path) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root / "templates")),
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True, autoescape=False)
-    env.filters["c_string"] = lambda s: json.dumps(str(s))  # a JSON string is a valid C string literal
-    env.filters["py"] = repr
+    # Spec text leaves only through k3gen.escape (one function per language) or as a grammar token.
+    env.filters["c_string"] = escape.c_string
+    env.filters["py"] = escape.py_literal
+    env.filters["docstring"] = escape.docstring
+    env.filters["comment"] = escape.one_line
+    env.filters["md"] = escape.markdown
     env.filters["tuple"] = tuple
     env.filters["torch_dtype_of"] = lambda name: _torch_dtype(name)
     env.filters["py_raw"] = lambda xs: "[" + ", ".join(xs) + "]"  # a list of Python spellings
@@ -151,16 +156,17 @@ def host_tensors(p: FamilyPlan) -> list[dict]:
         for param, by_value in t.by.items():
             for value, case in by_value.items():
                 spec = (case.dtype or t.dtype, case.shape or t.shape, case.layout or t.layout)
-                cases.append((f"{param} == {value!r}", *_tensor_case(s, *spec)))
-        cases.append((None, *_tensor_case(s, *base)))
+                cases.append((f"{param} == {value!r}", *_tensor_case(p, *spec)))
+        cases.append((None, *_tensor_case(p, *base)))
         out.append({"name": name, "rank": len(t.shape), "optional": t.optional, "output": t.output,
                     "device": "" if i == 0 else ", device=device", "cases": cases})
     return out
 
 
-def _tensor_case(s, dtype: str, shape: list, layout: str) -> tuple[str, str, str, str]:
-    dtype_py = f"dtype_{dtype}" if dtype in s.dtypes.axes else _torch_dtype(dtype)
-    shape_py = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+def _tensor_case(p: FamilyPlan, dtype: str, shape: list, layout: str) -> tuple[str, str, str, str]:
+    dtype_py = f"dtype_{dtype}" if dtype in p.spec.dtypes.axes else _torch_dtype(dtype)
+    dims = p.shape_python(shape)
+    shape_py = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
     return dtype_py, shape_py, ", ".join(str(d) for d in shape), layout
 
 

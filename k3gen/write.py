@@ -1,12 +1,25 @@
-"""Write rendered files into generated/: only changed bytes, stale files removed, a sorted MANIFEST."""
+"""Write rendered files into generated/: only changed bytes, stale files removed, a sorted MANIFEST.
+
+generated/ is k3gen's: MANIFEST lists every file in it, a file it does not list is drift, and nothing
+read from generated/ is trusted. MANIFEST lines are checked before any path in them is used (relative,
+normalized, inside generated/), and no symbolic link is followed, so a hostile tree can neither make
+k3gen delete or print a file elsewhere nor write through a link.
+"""
 from __future__ import annotations
 
 import difflib
 import hashlib
+import os
+import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 MANIFEST = "MANIFEST"
+_MANIFEST_LINE = re.compile(r"[0-9a-f]{64}  ([A-Za-z0-9_][A-Za-z0-9_./-]*)\Z")
+
+
+class GeneratedTreeError(Exception):
+    """generated/ holds something k3gen will not touch: a link, or a MANIFEST line it cannot trust."""
 
 
 def manifest_text(files: dict[str, str]) -> str:
@@ -27,24 +40,77 @@ class Changes:
         return bool(self.written or self.removed)
 
 
+def safe_relative(rel: str) -> bool:
+    """A path k3gen may use under generated/: relative, normalized, no `..`, no empty parts."""
+    p = PurePosixPath(rel)
+    return (bool(rel) and not p.is_absolute() and ".." not in p.parts and p.as_posix() == rel
+            and all(part not in ("", ".") for part in rel.split("/")))
+
+
 def previous_files(out_dir: Path) -> list[str]:
-    """Files the last build recorded (MANIFEST), so stale ones can be removed and hand-added ones seen."""
+    """Files the last build recorded (MANIFEST). Raise GeneratedTreeError on a line that is not
+    `<sha256>  <relative path inside generated/>`."""
     m = out_dir / MANIFEST
+    if m.is_symlink():
+        raise GeneratedTreeError(f"generated/{MANIFEST} is a symbolic link; remove it and run `k3gen build`")
     if not m.is_file():
         return []
-    return [line.split("  ", 1)[1] for line in m.read_text().splitlines() if line and not line.startswith("#")]
+    out, bad = [], []
+    for n, line in enumerate(m.read_text(errors="replace").splitlines(), 1):
+        if not line or line.startswith("#"):
+            continue
+        match = _MANIFEST_LINE.match(line)
+        if not match or not safe_relative(match.group(1)):
+            bad.append(f"generated/{MANIFEST}:{n}: {ascii(line)[:120]}")
+        else:
+            out.append(match.group(1))
+    if bad:
+        raise GeneratedTreeError("MANIFEST lines k3gen will not use (each must be `<sha256>  <path inside "
+                                 "generated/>`); restore MANIFEST from `main` and run `k3gen build`:\n  "
+                                 + "\n  ".join(bad))
+    return out
+
+
+def files_on_disk(out_dir: Path) -> list[str]:
+    """Every file under generated/, relative; raise GeneratedTreeError naming any symbolic link."""
+    if out_dir.is_symlink():
+        raise GeneratedTreeError("generated/ is a symbolic link; k3gen writes only into a plain folder")
+    found, links = [], []
+    for folder, dirs, names in os.walk(out_dir, followlinks=False):
+        for name in sorted(dirs + names):
+            path = Path(folder, name)
+            rel = path.relative_to(out_dir).as_posix()
+            if path.is_symlink():
+                links.append(f"generated/{rel}")
+            elif name in names:
+                found.append(rel)
+    if links:
+        raise GeneratedTreeError("symbolic links under generated/ (k3gen never writes through one); remove them "
+                                 "and run `k3gen build`:\n  " + "\n  ".join(sorted(links)))
+    return sorted(f for f in found if "__pycache__" not in f.split("/"))
+
+
+def unlisted_files(out_dir: Path, listed) -> list[str]:
+    """Files under generated/ that MANIFEST does not list (a hand-added conftest.py, say)."""
+    return [f for f in files_on_disk(out_dir) if f not in set(listed) and f != MANIFEST]
 
 
 def write_files(files: dict[str, str], out_dir: Path) -> Changes:
     files = with_manifest(files)
+    files_on_disk(out_dir)  # refuse links before anything is written or removed
     changes = Changes()
     for stale in sorted(set(previous_files(out_dir)) - set(files)):
         path = out_dir / stale
-        if path.exists():
+        if path.is_file():
             path.unlink()
             changes.removed.append(stale)
             _prune_empty_dirs(path.parent, out_dir)
+    for extra in unlisted_files(out_dir, files):  # generated/ is k3gen's: nothing else lives there
+        (out_dir / extra).unlink()
+        changes.removed.append(extra)
+        _prune_empty_dirs((out_dir / extra).parent, out_dir)
     for rel, text in sorted(files.items()):
+        assert safe_relative(rel), f"k3gen bug: unsafe output path {rel!r}"
         path = out_dir / rel
         data = text.encode()
         if path.is_file() and path.read_bytes() == data:
@@ -62,17 +128,23 @@ def _prune_empty_dirs(d: Path, stop: Path) -> None:
 
 
 def drift(files: dict[str, str], out_dir: Path) -> str:
-    """A unified diff from what is on disk to what the specs render; empty when in sync."""
+    """A unified diff from what is on disk to what the specs render, plus every file under generated/
+    that MANIFEST does not list; empty when in sync."""
     files = with_manifest(files)
+    listed = set(previous_files(out_dir))
+    unlisted = unlisted_files(out_dir, listed | set(files))
     chunks = []
-    on_disk = set(previous_files(out_dir)) | {MANIFEST}
-    for rel in sorted(on_disk | set(files)):
+    for rel in sorted(listed | {MANIFEST} | set(files)):
         path = out_dir / rel
-        old = path.read_text() if path.is_file() else None
+        old = path.read_text(errors="replace") if rel in files and path.is_file() else None
         new = files.get(rel)
-        if old == new:
+        if old == new or (new is None and not path.is_file()):
             continue
-        chunks += difflib.unified_diff((old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
-                                       f"a/generated/{rel}" if old is not None else "/dev/null",
-                                       f"b/generated/{rel}" if new is not None else "/dev/null")
+        if new is None:  # listed but not generated: name it, never print a file k3gen does not own
+            chunks.append(f"generated/{rel}: listed in MANIFEST but no spec generates it\n")
+            continue
+        chunks += difflib.unified_diff((old or "").splitlines(keepends=True), new.splitlines(keepends=True),
+                                       f"a/generated/{rel}" if old is not None else "/dev/null", f"b/generated/{rel}")
+    chunks += [f"generated/{rel}: not listed in MANIFEST (k3gen did not write it)\n"
+               for rel in unlisted if rel not in files]
     return "".join(chunks)

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import yaml
 
+from .bounds import MAX_YAML_DEPTH, MAX_YAML_NODES
 from .errors import SpecError
+
+# Tags a spec may carry, explicitly or as YAML resolves plain scalars; anything else is refused.
+PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map")}
 
 Path = tuple  # of str keys and int indices
 
@@ -30,6 +34,17 @@ def parse_yaml(text: str, file: str) -> tuple[LocatedData | None, list[SpecError
     except yaml.reader.ReaderError as exc:  # a control character YAML refuses to read at all
         return None, [_unreadable(exc, text, file)]
     try:
+        refused = _refuse_unbounded(loader, file)
+    except yaml.MarkedYAMLError as exc:
+        return None, [_syntax_error(exc, file)]
+    except yaml.reader.ReaderError as exc:
+        return None, [_unreadable(exc, text, file)]
+    finally:
+        loader.dispose()
+    if refused:
+        return None, [refused]
+    loader = yaml.SafeLoader(text)
+    try:
         node = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         return None, [_syntax_error(exc, file)]
@@ -43,6 +58,37 @@ def parse_yaml(text: str, file: str) -> tuple[LocatedData | None, list[SpecError
     errors: list[SpecError] = []
     data = _build(node, (), lines, errors, file, yaml.SafeLoader(""))
     return LocatedData(data, lines), errors
+
+
+def _refuse_unbounded(loader, file: str) -> SpecError | None:
+    """Walk the event stream (no document is built yet) and refuse what could make the document
+    unbounded or not plain data: anchors and aliases (an alias bomb expands a few bytes into
+    gigabytes), nesting deeper than MAX_YAML_DEPTH, more than MAX_YAML_NODES nodes, foreign tags."""
+    depth = nodes = 0
+    while True:
+        event = loader.get_event()
+        if event is None or isinstance(event, yaml.StreamEndEvent):
+            return None
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            return SpecError(file, line, "", "<yaml>", "YAML anchors and aliases (&name, *name) are not allowed in "
+                                                       "a spec; write the value out")
+        tag = getattr(event, "tag", None)
+        if tag and tag not in PLAIN_TAGS and tag not in ("!", "?"):
+            return SpecError(file, line, "", "<yaml>", f"the tag {ascii(tag)[:80]} is not allowed; remove it and "
+                                                       "write a plain value")
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                return SpecError(file, line, "", "<yaml>", f"nesting deeper than {MAX_YAML_DEPTH} levels "
+                                                           "(bounds.MAX_YAML_DEPTH); a spec is shallow")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        if isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            nodes += 1
+            if nodes > MAX_YAML_NODES:
+                return SpecError(file, line, "", "<yaml>", f"more than {MAX_YAML_NODES} values "
+                                                           "(bounds.MAX_YAML_NODES); a spec is short")
 
 
 def _unreadable(exc: yaml.reader.ReaderError, text: str, file: str) -> SpecError:

@@ -92,11 +92,17 @@ def test_a_file_recorded_in_manifest_but_no_longer_rendered_is_removed(built_pro
     assert "old_family" not in manifest.read_text()
 
 
-def test_a_file_not_in_manifest_is_never_deleted(built_project: Path):
-    mine = built_project / "generated" / "NOTES.txt"
-    mine.write_text("not k3gen's\n")
+def test_a_file_not_in_manifest_is_drift_and_build_removes_it(built_project: Path, capsys):
+    """generated/ is k3gen's: a hand-added file (a conftest.py runs at collection) fails check, and
+    build removes it, naming it."""
+    mine = built_project / "generated" / "tests" / "conftest.py"
+    mine.write_text("import os\n")
+    capsys.readouterr()
+    assert k3gen(built_project, "check") == 1
+    assert "generated/tests/conftest.py: not listed in MANIFEST" in capsys.readouterr().out
     assert k3gen(built_project, "build") == 0
-    assert mine.read_text() == "not k3gen's\n"
+    assert "removed generated/tests/conftest.py" in capsys.readouterr().out
+    assert not mine.exists()
 
 
 def test_manifest_is_sorted_and_lists_the_sha256_of_every_file(built_project: Path):

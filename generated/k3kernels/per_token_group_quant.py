@@ -135,22 +135,22 @@ def _resolve(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False
     rt.check_choice(FAMILY, 'scale_format', scale_format, ['fp32_row', 'fp32_col', 'ue8m0'])
     fuse_silu_and_mul = bool(fuse_silu_and_mul)
     M = x.shape[0]
-    K = x.shape[1] // 2 if fuse_silu_and_mul else x.shape[1]
+    K = ((x.shape[1] // 2) if fuse_silu_and_mul else x.shape[1])
     dtype_in = x.dtype
     variant = VARIANTS.get((dtype_in, group_size, scale_format, fuse_silu_and_mul,))
     if variant is None:
         raise rt.uncovered(FAMILY, ['in'], [dtype_in], MATRIX, EXCLUDED)
     key, vec = variant
-    x_spec = (dtype_in, (M, 2 * K if fuse_silu_and_mul else K), 'rows', 'M, 2 * K if fuse_silu_and_mul else K')
+    x_spec = (dtype_in, (M, ((2 * K) if fuse_silu_and_mul else K)), 'rows', 'M, 2 * K if fuse_silu_and_mul else K')
     rt.check_input(FAMILY, 'x', x, *x_spec)
     out_spec = (torch.float8_e4m3fn, (M, K), 'dense', 'M, K')
     out = rt.prepare_output(FAMILY, 'out', out, *out_spec, device)
     if scale_format == 'fp32_col':
-        out_scale_spec = (torch.float32, (M, K // group_size), 'col_major', 'M, K // group_size')
+        out_scale_spec = (torch.float32, (M, (K // group_size)), 'col_major', 'M, K // group_size')
     elif scale_format == 'ue8m0':
-        out_scale_spec = (torch.int32, (M, (K // group_size + 3) // 4), 'dense', 'M, (K // group_size + 3) // 4')
+        out_scale_spec = (torch.int32, (M, (((K // group_size) + 3) // 4)), 'dense', 'M, (K // group_size + 3) // 4')
     else:
-        out_scale_spec = (torch.float32, (M, K // group_size), 'dense', 'M, K // group_size')
+        out_scale_spec = (torch.float32, (M, (K // group_size)), 'dense', 'M, K // group_size')
     out_scale = rt.prepare_output(FAMILY, 'out_scale', out_scale, *out_scale_spec, device)
     if fake:
         return None, None, (out, out_scale,)

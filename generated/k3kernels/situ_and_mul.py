@@ -94,16 +94,16 @@ def _resolve(x, beta, linear_beta=None, out=None, *, out_dtype=None, fake=False)
     device = x.device
     if out is not None:
         rt.check_tensor(FAMILY, 'out', out, rank=2, device=device)
-    has_linear_beta = bool(linear_beta is not None)
+    has_linear_beta = (linear_beta is not None)
     M = x.shape[0]
-    D = x.shape[1] // 2
+    D = (x.shape[1] // 2)
     dtype_in = x.dtype
     dtype_out = out.dtype if out is not None else out_dtype or DEFAULT_OUT.get(dtype_in)
     variant = VARIANTS.get((dtype_in, dtype_out, has_linear_beta,))
     if variant is None:
         raise rt.uncovered(FAMILY, ['in', 'out'], [dtype_in, dtype_out], MATRIX, EXCLUDED)
     key, vec = variant
-    x_spec = (dtype_in, (M, 2 * D), 'rows', 'M, 2 * D')
+    x_spec = (dtype_in, (M, (2 * D)), 'rows', 'M, 2 * D')
     rt.check_input(FAMILY, 'x', x, *x_spec)
     out_spec = (dtype_out, (M, D), 'dense', 'M, D')
     out = rt.prepare_output(FAMILY, 'out', out, *out_spec, device)

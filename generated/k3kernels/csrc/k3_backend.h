@@ -239,6 +239,12 @@ inline k3_error_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t
 #endif
 }
 
+// Gate arithmetic (k3gen.exprs): // and % floor as in Python, so a gate means the same in the host
+// wrapper and here; the divisor is a positive constant, checked when the spec is loaded.
+inline int64_t floordiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
+inline int64_t floormod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
+inline int64_t address(const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
+
 // Write a message into the caller's buffer; the entry point returns non-zero.
 inline int fail(char* err, size_t err_len, const char* msg) {
   if (err && err_len) snprintf(err, err_len, "%s", msg);

@@ -9,9 +9,9 @@ int per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_col__fuse_s
   constexpr int vec = 16;
   (void)vec;
   constexpr int group_size = 64;
-  if (!((a.K % group_size) == 0)) return k3::fail(err, err_len, "per_token_group_quant: gate `K % group_size == 0` failed: groups of group_size consecutive elements must tile K exactly");
-  if (!((a.x_stride0 % vec) == 0)) return k3::fail(err, err_len, "per_token_group_quant: gate `x.stride0 % vec == 0` failed: each thread loads 16 consecutive elements, so rows must start on a 16-element boundary");
-  if (!(((reinterpret_cast<uintptr_t>(a.x) % 16) == 0) && ((reinterpret_cast<uintptr_t>(a.out) % 16) == 0) && ((reinterpret_cast<uintptr_t>(a.out_scale) % 4) == 0))) return k3::fail(err, err_len, "per_token_group_quant: gate `x.ptr % 16 == 0 and out.ptr % 16 == 0 and out_scale.ptr % 4 == 0` failed: vector loads and stores need 16-byte aligned data pointers (scales: 4-byte)");
+  if (!(k3::floormod(a.K, group_size) == 0)) return k3::fail(err, err_len, "per_token_group_quant: gate `K % group_size == 0` failed: groups of group_size consecutive elements must tile K exactly");
+  if (!(k3::floormod(a.x_stride0, vec) == 0)) return k3::fail(err, err_len, "per_token_group_quant: gate `x.stride0 % vec == 0` failed: each thread loads 16 consecutive elements, so rows must start on a 16-element boundary");
+  if (!((k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out), 16) == 0) && (k3::floormod(k3::address(a.out_scale), 4) == 0))) return k3::fail(err, err_len, "per_token_group_quant: gate `x.ptr % 16 == 0 and out.ptr % 16 == 0 and out_scale.ptr % 4 == 0` failed: vector loads and stores need 16-byte aligned data pointers (scales: 4-byte)");
   return k3::status(launch<__nv_bfloat16, 64, 1, true, true, 16>(a, stream), err, err_len, "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on");
 }
 

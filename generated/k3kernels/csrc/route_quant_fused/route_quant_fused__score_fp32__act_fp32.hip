@@ -11,7 +11,7 @@ int route_quant_fused__score_fp32__act_fp32(const Args& a, k3_stream_t stream, c
   if (!(a.topk == 16)) return k3::fail(err, err_len, "route_quant_fused: gate `topk == top_k` failed: K is compiled in (constants.top_k); another K is another spec instance");
   if (!(a.M <= 1024)) return k3::fail(err, err_len, "route_quant_fused: gate `M <= max_tokens` failed: one routing block per token: larger batches are the prefill path's job");
   if (!((a.num_expert_group == 1) && (a.topk_group == 1))) return k3::fail(err, err_len, "route_quant_fused: gate `num_expert_group == 1 and topk_group == 1` failed: no expert grouping: every expert competes for every slot");
-  if (!(((a.x_stride0 % vec) == 0) && ((reinterpret_cast<uintptr_t>(a.x) % 16) == 0) && ((reinterpret_cast<uintptr_t>(a.out_q) % 16) == 0))) return k3::fail(err, err_len, "route_quant_fused: gate `x.stride0 % vec == 0 and x.ptr % 16 == 0 and out_q.ptr % 16 == 0` failed: the quant blocks load and store 16-byte vectors: rows must start 16-element aligned");
+  if (!((k3::floormod(a.x_stride0, vec) == 0) && (k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out_q), 16) == 0))) return k3::fail(err, err_len, "route_quant_fused: gate `x.stride0 % vec == 0 and x.ptr % 16 == 0 and out_q.ptr % 16 == 0` failed: the quant blocks load and store 16-byte vectors: rows must start 16-element aligned");
   return k3::status(launch<float, float, false, 16>(a, stream), err, err_len, "route_quant_fused__score_fp32__act_fp32");
 }
 

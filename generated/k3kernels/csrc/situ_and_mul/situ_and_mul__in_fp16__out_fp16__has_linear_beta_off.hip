@@ -8,9 +8,9 @@ namespace k3_situ_and_mul {
 int situ_and_mul__in_fp16__out_fp16__has_linear_beta_off(const Args& a, k3_stream_t stream, char* err, size_t err_len) {
   constexpr int vec = 8;
   (void)vec;
-  if (!((a.D % vec) == 0)) return k3::fail(err, err_len, "situ_and_mul: gate `D % vec == 0` failed: each thread moves vec consecutive elements (16 or 32 bytes of the widest dtype), so D must be a multiple of vec");
-  if (!((a.x_stride0 % vec) == 0)) return k3::fail(err, err_len, "situ_and_mul: gate `x.stride0 % vec == 0` failed: 16-byte accesses need every row to start on a vec-element boundary");
-  if (!(((reinterpret_cast<uintptr_t>(a.x) % 16) == 0) && ((reinterpret_cast<uintptr_t>(a.out) % 16) == 0))) return k3::fail(err, err_len, "situ_and_mul: gate `x.ptr % 16 == 0 and out.ptr % 16 == 0` failed: vector loads and stores need 16-byte aligned data pointers");
+  if (!(k3::floormod(a.D, vec) == 0)) return k3::fail(err, err_len, "situ_and_mul: gate `D % vec == 0` failed: each thread moves vec consecutive elements (16 or 32 bytes of the widest dtype), so D must be a multiple of vec");
+  if (!(k3::floormod(a.x_stride0, vec) == 0)) return k3::fail(err, err_len, "situ_and_mul: gate `x.stride0 % vec == 0` failed: 16-byte accesses need every row to start on a vec-element boundary");
+  if (!((k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out), 16) == 0))) return k3::fail(err, err_len, "situ_and_mul: gate `x.ptr % 16 == 0 and out.ptr % 16 == 0` failed: vector loads and stores need 16-byte aligned data pointers");
   return k3::status(launch<__half, __half, false, true, 8>(a, stream), err, err_len, "situ_and_mul__in_fp16__out_fp16__has_linear_beta_off");
 }
 
