@@ -56,7 +56,8 @@ Float32 = Annotated[Union[StrictInt, StrictFloat], _checked(
 ExprSource = Union[StrictInt, str]
 Constant = Annotated[Union[StrictBool, StrictInt, StrictFloat], _checked(
     lambda v: None if type(v) is bool else grammar.int32_problem(v) if type(v) is int else grammar.float32_problem(v))]
-ParamValue = Union[Int32, Word]
+ParamValue = Annotated[Union[StrictInt, str], _checked(
+    lambda v: grammar.int32_problem(v) if type(v) is int else grammar.name_problem(v, bare=False))]
 
 
 class SpecModel(BaseModel):

@@ -6,13 +6,12 @@ generated tests are red, saying what to fill in, until someone writes the contra
 """
 from __future__ import annotations
 
-import keyword
 import re
 from pathlib import Path
 
 import jinja2
 
-from .model import IDENT
+from .grammar import name_problem
 
 # Scaffold sources are templates of templates: the kernel template keeps its own {{ }} for
 # `k3gen build`, so the scaffold substitutes with [[ ]] and [% %] instead.
@@ -31,9 +30,9 @@ class ScaffoldError(ValueError):
 
 def check_name(root: Path, name: str) -> None:
     """Refuse a name that is not a valid family name, or that a spec, template or oracle already uses."""
-    if not IDENT.match(name) or keyword.iskeyword(name):
-        raise ScaffoldError(f"k3gen new: '{name}' is not a valid family name; use lower_snake_case starting with "
-                            "a letter (letters, digits, _) that is not a Python keyword, e.g. my_kernel")
+    said = name_problem(name)
+    if said:  # the spec's own rule for kernel names, so a scaffold always loads
+        raise ScaffoldError(f"k3gen new: {said}; e.g. my_kernel")
     if name in RESERVED:
         raise ScaffoldError(f"k3gen new: '{name}' is reserved ({', '.join(sorted(RESERVED))}); pick another name")
     taken = [rel.format(name=name) for _, rel in FILES if (root / rel.format(name=name)).exists()]

@@ -66,7 +66,7 @@ def previous_files(out_dir: Path) -> list[str]:
             out.append(match.group(1))
     if bad:
         raise GeneratedTreeError("MANIFEST lines k3gen will not use (each must be `<sha256>  <path inside "
-                                 "generated/>`); restore MANIFEST from `main` and run `k3gen build`:\n  "
+                                 "generated/>`); remove generated/MANIFEST and run `k3gen build`, which rewrites it:\n  "
                                  + "\n  ".join(bad))
     return out
 

@@ -64,7 +64,7 @@ def test_invalid_names_are_refused(project: Path, name: str, capsys):
     assert k3gen(project, "new", name) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"k3gen new: '{name}' is ")
-    assert "not a valid family name" in err or "is reserved" in err
+    assert "is not a valid name" in err or "is reserved" in err
     assert sorted(p for p in project.rglob("*")) == before
 
 

@@ -139,7 +139,14 @@ def ensure_built(req: BuildRequest, root: Path | None = None) -> Path:
                            "or unset K3GEN_NO_JIT")
     if missing:
         raise missing
-    return _ensure_jit(req, key, content_key, root or cache_root())
+    root = root or cache_root()
+    try:
+        return _ensure_jit(req, key, content_key, root)
+    except OSError as exc:  # read-only cache, a file where a folder should be, a full disk
+        where = exc.filename or root
+        raise K3BuildError(f"k3gen: cannot use the JIT cache for {req.family} ({req.arch}) at {where}: "
+                           f"{exc.strerror or exc}; point K3GEN_CACHE_DIR at a folder you can write "
+                           f"(now: {root})") from None
 
 
 def _ensure_jit(req: BuildRequest, key: str, content_key: str, root: Path) -> Path:
