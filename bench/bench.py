@@ -130,8 +130,61 @@ def bench_route_quant_fused() -> tuple[list[dict], list[str]]:
     return rows, verdicts
 
 
+def bench_host() -> tuple[list[dict], list[str]]:
+    """Eager µs per call at M=1 (bench/host.py in a fresh process per tree), against torch.sigmoid and
+    torch.topk timed in the same process. A checkout at build/before (an older commit) is timed in the
+    same run as the work tree, for before/after."""
+    import os
+    import subprocess
+    import tempfile
+
+    repo = Path(__file__).resolve().parents[1]
+    trees = [("before", repo / "build" / "before"), ("after", repo)]
+    rows, verdicts = [], []
+    for label, tree in trees:
+        if not (tree / "generated" / "k3kernels").is_dir():
+            continue
+        with tempfile.NamedTemporaryFile(suffix=".json") as f:
+            env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'generated'}")
+            subprocess.run([sys.executable, str(repo / "bench" / "host.py"), "--json", f.name], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            got = json.loads(Path(f.name).read_text())
+        for name, us in got.items():
+            rows.append({"tree": label, "call": name, "M": 1, "dtypes": label, "us": us,
+                         "ratio_to_sigmoid": us / got["torch.sigmoid"], "sigmoid_us": got["torch.sigmoid"],
+                         "topk_us": got["torch.topk"]})
+            if label == "after" and not name.startswith("torch."):
+                ok = us <= 1.3 * got["torch.sigmoid"]
+                verdicts.append(f"{'ok  ' if ok else 'MISS'} {name:>22} {us:6.2f} us/call  x{us / got['torch.sigmoid']:.2f} "
+                                f"torch.sigmoid ({got['torch.sigmoid']:.2f} us; target <= x1.3)  torch.topk "
+                                f"{got['torch.topk']:.2f} us")
+    return rows, verdicts
+
+
+def plot_host(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r["call"] for r in rows))
+    trees = list(dict.fromkeys(r["tree"] for r in rows))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / len(trees)
+    for j, tree in enumerate(trees):
+        us = {r["call"]: r["us"] for r in rows if r["tree"] == tree}
+        ax.bar([i + j * width for i in range(len(names))], [us.get(n, 0) for n in names], width, label=tree)
+    sig = next(r["sigmoid_us"] for r in rows if r["tree"] == trees[-1])
+    ax.axhline(1.3 * sig, color="k", ls=":", lw=1, label="1.3 x torch.sigmoid (target)")
+    ax.set_xticks([i + width * (len(trees) - 1) / 2 for i in range(len(names))], names, rotation=20, fontsize=8)
+    ax.set(ylabel="us per eager call (median)", title="host path per call, M=1")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 FAMILIES = {"per_token_group_quant": bench_per_token_group_quant, "route_quant_fused": bench_route_quant_fused,
-            "route_topk": bench_route_topk, "situ_and_mul": bench_situ_and_mul}
+            "route_topk": bench_route_topk, "situ_and_mul": bench_situ_and_mul, "host": bench_host}
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
@@ -165,10 +218,11 @@ def main() -> int:
     for family in args.family or sorted(FAMILIES):
         rows, verdicts = FAMILIES[family]()
         meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-                "python": platform.python_version(), "method": "CUDA graph of 20 calls, median of 30 replays; "
+                "python": platform.python_version(), "method": "eager, each call timed alone, median of 2000 calls "
+                "(bench/host.py)" if family == "host" else "CUDA graph of 20 calls, median of 30 replays; "
                 "copy = device-to-device copy of the same bytes moved (read + write)"}
         (args.out / f"{family}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-        plot(rows, args.out / f"{family}.png", family)
+        (plot_host if family == "host" else plot)(rows, args.out / f"{family}.png", *([] if family == "host" else [family]))
         print(f"== {family} on {meta['device']}")
         print("\n".join(verdicts))
     return 0

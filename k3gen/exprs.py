@@ -39,12 +39,13 @@ class Name:
     cpp: str | None
     shown: bool = True  # its value is printed when a gate fails (constants are not: they never vary)
     positive: bool = False  # a positive integer known at load time: may divide
+    value: int | None = None  # a constant's value
 
 
 def constant(value) -> Name:
     """A spec constant: inlined in both languages."""
     return Name(_type_of(value), _literal(value, "py"), _literal(value, "cpp"), shown=False,
-                positive=type(value) is int and value > 0)
+                positive=type(value) is int and value > 0, value=value if type(value) is int else None)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,9 @@ class Expr:
     python: str
     cpp: str | None
     names: tuple[str, ...]  # Python spellings of the values shown when a gate fails
+    # Every `T.ptr % N` modulus; None when a pointer is read any other way. A call's pointers then
+    # matter to this expression only modulo their lcm (the wrapper's fast path keys on that).
+    ptr_moduli: tuple[int, ...] | None = ()
 
 
 def parse_expr(source, scope: Scope) -> Expr:
@@ -90,7 +94,8 @@ def parse_expr(source, scope: Scope) -> Expr:
                         "T.ptr and T.stride0")
     if typ != scope.want and not (scope.want == "int" and typ == "int"):
         raise ExprError(f"'{text}' is {_a(typ)} expression; {_a(scope.want)} is needed here")
-    return Expr(text, py, cpp if scope.cpp else None, tuple(dict.fromkeys(r.shown)))
+    moduli = tuple(r.moduli) if len(r.moduli) == r.ptr_reads else None
+    return Expr(text, py, cpp if scope.cpp else None, tuple(dict.fromkeys(r.shown)), moduli)
 
 
 def _a(typ: str) -> str:
@@ -111,6 +116,8 @@ class _Renderer:
     def __init__(self, scope: Scope):
         self.scope = scope
         self.shown: list[str] = []
+        self.ptr_reads = 0
+        self.moduli: list[int] = []
 
     def render(self, node) -> tuple[str, str | None, str]:
         """(Python, C++ or None, type) of one node."""
@@ -169,6 +176,10 @@ class _Renderer:
                                 "integer known when the spec is loaded (a literal, a constant, an integer param or "
                                 "vec), so both languages agree and nothing divides by zero")
             py_op, fn = _FLOOR[op]
+            if op is ast.Mod and isinstance(node.left, ast.Attribute) and node.left.attr == "ptr":
+                modulus = self._static_value(node.right)
+                if modulus is not None:
+                    self.moduli.append(modulus)
             return f"({lp} {py_op} {rp})", _join2(lc, rc, lambda a, b: f"{fn}({a}, {b})"), "int"
         raise ExprError(f"operator {_unparse(node)!r} is not allowed; use {GRAMMAR}")
 
@@ -178,6 +189,11 @@ class _Renderer:
         if isinstance(node, ast.Name):
             return self.scope.names[node.id].positive
         return False
+
+    def _static_value(self, node) -> int | None:
+        if isinstance(node, ast.Constant):
+            return node.value
+        return self.scope.names[node.id].value if isinstance(node, ast.Name) else None
 
     def _BoolOp(self, node):
         parts = [self._typed(v, "bool") for v in node.values]
@@ -228,6 +244,7 @@ class _Renderer:
     def _Attribute(self, node):
         t = self._tensor(node.value, node)
         if node.attr == "ptr":
+            self.ptr_reads += 1
             self.shown.append(f"{t}.data_ptr()")
             return f"{t}.data_ptr()", f"k3::address(a.{t})", "int"
         if node.attr == "stride0":

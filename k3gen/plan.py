@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,6 +143,15 @@ class FamilyPlan:
         for position, index in enumerate(table):
             rank[index] = position
         return rank
+
+    @property
+    def call_alignment(self) -> int | None:
+        """Pointers matter to the gates only modulo this (see k3gen.runtime.fastpath); None: the gates
+        read pointers otherwise, and every call is checked in full."""
+        moduli = [g.ptr_moduli for g, _ in self.gates]
+        if any(m is None for m in moduli):
+            return None
+        return math.lcm(1, *(n for m in moduli for n in m))
 
     def shape_python(self, shape: list) -> list[str]:
         """Python spellings of a tensor's dimensions (k3gen.exprs; the model checked them)."""

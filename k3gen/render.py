@@ -35,6 +35,7 @@ def make_env(root: Path) -> jinja2.Environment:
     env.filters["torch_dtype_of"] = lambda name: _torch_dtype(name)
     env.filters["py_raw"] = lambda xs: "[" + ", ".join(xs) + "]"  # a list of Python spellings
     env.filters["prefix"] = lambda s, pre: f"{pre}{s}"
+    env.filters["index_in"] = lambda item, items: list(items).index(item)
     env.filters["replace_axis"] = lambda name, axes: f"dtype_{name}" if name in axes else name
     return env
 
@@ -85,7 +86,8 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
                 headers={b: kernel_headers(p, b) for b in p.backends}, torch_dtype=_torch_dtype,
                 dims=test_dims(p), call=wrapper_signature(p), variant_keys=variant_keys(p),
                 tensors=host_tensors(p), dtype_bindings=dtype_bindings(p),
-                outputs=[n for n, t in p.spec.signature.tensors.items() if t.output])
+                outputs=[n for n, t in p.spec.signature.tensors.items() if t.output],
+                pointers=pointer_tensors(p))
     out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, p=p, **host)
     out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, **host)
     if p.runners:  # this family is the front of the runner table
@@ -168,6 +170,11 @@ def _tensor_case(p: FamilyPlan, dtype: str, shape: list, layout: str) -> tuple[s
     dims = p.shape_python(shape)
     shape_py = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
     return dtype_py, shape_py, ", ".join(str(d) for d in shape), layout
+
+
+def pointer_tensors(p: FamilyPlan) -> list[str]:
+    """The tensors whose data pointers the Args struct holds, in field order."""
+    return [f.name for f in p.args if f.kind in ("ptr", "mut_ptr")]
 
 
 def dtype_bindings(p: FamilyPlan) -> list[tuple[str, str, str | None]]:

@@ -42,6 +42,7 @@ class FamilyModule:
         self.arch_defines = arch_defines
         self.csrc = Path(package_file).parent / "csrc"
         self._fns: dict[str, object] = {}
+        self._launchers: dict = {}  # torch.device -> launch function
         self._lock = threading.Lock()
         self._warned = False
 
@@ -67,7 +68,8 @@ class FamilyModule:
                 except OSError as exc:
                     raise K3BuildError(f"{self.family}: cannot load {path}: {exc}") from None
                 fn = getattr(lib, self.entry)
-                fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+                fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
+                               ctypes.c_size_t]
                 fn.restype = ctypes.c_int
                 self._fns[arch] = fn
             return self._fns[arch]
@@ -85,14 +87,32 @@ class FamilyModule:
             return False
         return True
 
+    def launcher(self, device):
+        """A function (key, pointer to Args) -> None that launches on `device`'s current stream, the
+        stream read at each call (so CUDA graphs capture it). Builds the module first if needed."""
+        device = torch.device(device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        fn = self._fns.get(device_arch(device)) or self.build(device)
+        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+            (lambda i: torch.cuda.current_stream(i).cuda_stream)
+        local = threading.local()
+
+        def launch(key: int, args_ref) -> None:
+            err = getattr(local, "err", None)
+            if err is None:  # one message buffer per thread, written only when a launch fails
+                err = local.err = ctypes.create_string_buffer(_ERR_LEN)
+            rc = fn(key, args_ref, raw_stream(index), index, err, _ERR_LEN)
+            if rc == 1:  # a C++ gate refused: the Python gates should have caught it first
+                raise K3UnsupportedError(err.value.decode(errors="replace"))
+            if rc != 0:
+                raise K3Error(err.value.decode(errors="replace"))
+
+        return launch
+
     def launch(self, key: int, args, device) -> None:
         """Run the variant `key` on the current stream of `device` (so CUDA graphs capture it)."""
-        fn = self._fns.get(device_arch(device)) or self.build(device)
-        err = ctypes.create_string_buffer(_ERR_LEN)
-        stream = torch.cuda.current_stream(device).cuda_stream
-        with torch.cuda.device(device):
-            rc = fn(key, ctypes.byref(args), stream, err, _ERR_LEN)
-        if rc == 1:  # a C++ gate refused: the Python gates should have caught it first
-            raise K3UnsupportedError(err.value.decode(errors="replace"))
-        if rc != 0:
-            raise K3Error(err.value.decode(errors="replace"))
+        device = torch.device(device)
+        launch = self._launchers.get(device)
+        if launch is None:
+            launch = self._launchers[device] = self.launcher(device)
+        launch(key, ctypes.byref(args))

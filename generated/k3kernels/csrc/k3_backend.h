@@ -245,6 +245,28 @@ inline int64_t floordiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && 
 inline int64_t floormod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
 inline int64_t address(const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
 
+// Launch on `device` whatever the calling thread's current device is, and put that back after:
+// cheaper here than a Python context manager per call.
+struct DeviceScope {
+  int prev = -1;
+  explicit DeviceScope(int device) {
+#if K3_HIP
+    if (hipGetDevice(&prev) == hipSuccess && prev != device) hipSetDevice(device); else prev = -1;
+#else
+    if (cudaGetDevice(&prev) == cudaSuccess && prev != device) cudaSetDevice(device); else prev = -1;
+#endif
+  }
+  ~DeviceScope() {
+#if K3_HIP
+    if (prev >= 0) (void)hipSetDevice(prev);
+#else
+    if (prev >= 0) (void)cudaSetDevice(prev);
+#endif
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+};
+
 // Write a message into the caller's buffer; the entry point returns non-zero.
 inline int fail(char* err, size_t err_len, const char* msg) {
   if (err && err_len) snprintf(err, err_len, "%s", msg);

@@ -4,7 +4,8 @@
 // Key components (4 bits each, lowest first): in, group_size, scale_format, fuse_silu_and_mul.
 #include "per_token_group_quant_abi.h"
 
-extern "C" int k3_per_token_group_quant_launch(int64_t key, const k3_per_token_group_quant::Args* a, void* stream, char* err, size_t err_len) {
+extern "C" int k3_per_token_group_quant_launch(int64_t key, const k3_per_token_group_quant::Args* a, void* stream, int device, char* err, size_t err_len) {
+  const k3::DeviceScope on(device);  // the caller's current device may be another GPU
   using namespace k3_per_token_group_quant;
   const k3_stream_t s = static_cast<k3_stream_t>(stream);
   switch (key) {

@@ -4,7 +4,8 @@
 // Key components (4 bits each, lowest first): score, bias.
 #include "route_topk_abi.h"
 
-extern "C" int k3_route_topk_launch(int64_t key, const k3_route_topk::Args* a, void* stream, char* err, size_t err_len) {
+extern "C" int k3_route_topk_launch(int64_t key, const k3_route_topk::Args* a, void* stream, int device, char* err, size_t err_len) {
+  const k3::DeviceScope on(device);  // the caller's current device may be another GPU
   using namespace k3_route_topk;
   const k3_stream_t s = static_cast<k3_stream_t>(stream);
   switch (key) {
