@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from .dtypes import DTYPES
 from .errors import FieldError
 from .exprs import ExprError, Scope, parse_expr
+from .routing import SigmoidSpec, TieOrderSpec, check_routing
 
 CUDA_ARCHS = ("sm_90a", "sm_100a", "sm_120a")
 HIP_ARCHS = ("gfx942", "gfx950")
@@ -333,22 +334,20 @@ class KernelSpec(SpecModel):
     fast_math: FastMath | None = Field(None, description="variants that may use approximate math")
     signature: Signature
     gates: list[Gate] = Field(default_factory=list)
-    tie_order: Union[Literal["lowest_id"], list[int]] = Field(
-        "lowest_id", description="how equal keys are ordered: lowest_id, or a table listing every index, "
-                                 "earlier entries winning ties (routing families)")
+    tie_order: TieOrderSpec = Field(
+        "lowest_id", description="how equal keys are ordered: lowest_id, a table listing every index, "
+                                 "earlier entries winning ties, or a rule with its table (`{rule: "
+                                 "wave64_lane_table, ...}`); one for every backend or `{cuda: ..., hip: ...}` "
+                                 "(routing families; see k3gen.routing)")
+    sigmoid: SigmoidSpec = Field(
+        "expf", description="the routing sigmoid: expf (torch.sigmoid's formula) or exp2 (aiter's); one for "
+                            "every backend or `{cuda: ..., hip: ...}` (routing families)")
     oracle: str = Field(description="module holding reference(), make_args() and the test cases")
     tests: Tests
 
     @model_validator(mode="after")
-    def _tie_table(self):
-        if isinstance(self.tie_order, list):
-            n = self.constants.get("num_experts")
-            if not isinstance(n, int) or isinstance(n, bool):
-                raise FieldError("a tie-order table needs an integer constant `num_experts`", ("tie_order",))
-            if sorted(self.tie_order) != list(range(n)):
-                missing = sorted(set(range(n)) - set(self.tie_order))[:5]
-                raise FieldError(f"the table must list each of 0..{n - 1} once (num_experts = {n}); "
-                                 f"got {len(self.tie_order)} entries, missing e.g. {missing}", ("tie_order",))
+    def _routing(self):
+        check_routing(self)  # per-backend maps cover the targets; tie orders are permutations of the experts
         return self
 
     @model_validator(mode="after")

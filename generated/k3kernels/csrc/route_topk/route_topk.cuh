@@ -15,7 +15,35 @@ K3_DEVICE uint32_t rank_key(float r) {
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
+// The sigmoid formulas a spec may pick (`sigmoid`, k3gen/routing.py); both are compiled and a
+// backend's choice is the constant kRouteSigmoid below, so HIP can match aiter to the ulp while CUDA
+// keeps torch.sigmoid's formula.
+constexpr int kSigmoidExpf = 0;  // 1 / (1 + expf(-x)): torch.sigmoid's fp32 formula
+constexpr int kSigmoidExp2 = 1;  // 1 / (1 + exp2f(-log2e * x)): aiter's formula
+template <int FORMULA>
+K3_DEVICE float route_sigmoid(float x) {
+  static_assert(FORMULA == kSigmoidExpf || FORMULA == kSigmoidExp2, "a formula of k3gen.routing.SIGMOIDS");
+  if constexpr (FORMULA == kSigmoidExp2) {
+    constexpr float log2e = 1.44269504088896340736f;
+    return 1.0f / (1.0f + exp2f(-log2e * x));
+  } else {
+    return 1.0f / (1.0f + expf(-x));
+  }
+}
+
+// Tie order and sigmoid per backend (the spec's `tie_order` and `sigmoid`, resolved by k3gen.routing):
+// tie_priority(e) is larger for the expert that wins a tie.
+#if K3_CUDA
+constexpr int kRouteSigmoid = kSigmoidExpf;
+// Ties: lowest_id.
 K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - uint32_t(e); }
+#elif K3_HIP
+constexpr int kRouteSigmoid = kSigmoidExpf;
+// Ties: lowest_id.
+K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - uint32_t(e); }
+#else
+#error "no tie order and sigmoid for this backend: it is not a target of specs/route_topk.yaml"
+#endif
 
 // Shared memory of one routing block.
 struct RouteShared {
@@ -49,7 +77,7 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     key[i] = 0;  // below every real key: indices past E are never counted
     weight[i] = 0.0f;
     if (e < E) {
-      const float s = 1.0f / (1.0f + expf(-k3::to_float(scores[e])));  // torch.sigmoid's fp32 formula
+      const float s = route_sigmoid<kRouteSigmoid>(k3::to_float(scores[e]));
       weight[i] = s;
       key[i] = (uint64_t(rank_key(s + k3::to_float(bias[e]))) << 16) | tie_priority(e);
     }

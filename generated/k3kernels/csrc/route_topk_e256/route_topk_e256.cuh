@@ -15,6 +15,27 @@ K3_DEVICE uint32_t rank_key(float r) {
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
+// The sigmoid formulas a spec may pick (`sigmoid`, k3gen/routing.py); both are compiled and a
+// backend's choice is the constant kRouteSigmoid below, so HIP can match aiter to the ulp while CUDA
+// keeps torch.sigmoid's formula.
+constexpr int kSigmoidExpf = 0;  // 1 / (1 + expf(-x)): torch.sigmoid's fp32 formula
+constexpr int kSigmoidExp2 = 1;  // 1 / (1 + exp2f(-log2e * x)): aiter's formula
+template <int FORMULA>
+K3_DEVICE float route_sigmoid(float x) {
+  static_assert(FORMULA == kSigmoidExpf || FORMULA == kSigmoidExp2, "a formula of k3gen.routing.SIGMOIDS");
+  if constexpr (FORMULA == kSigmoidExp2) {
+    constexpr float log2e = 1.44269504088896340736f;
+    return 1.0f / (1.0f + exp2f(-log2e * x));
+  } else {
+    return 1.0f / (1.0f + expf(-x));
+  }
+}
+
+// Tie order and sigmoid per backend (the spec's `tie_order` and `sigmoid`, resolved by k3gen.routing):
+// tie_priority(e) is larger for the expert that wins a tie.
+#if K3_CUDA
+constexpr int kRouteSigmoid = kSigmoidExpf;
+// Ties: table; tie_rank[e] is expert e's place in the order.
 __constant__ uint16_t tie_rank[256] = {
     0, 173, 90, 7, 180, 97, 14, 187, 104, 21, 194, 111, 28, 201, 118, 35,
     208, 125, 42, 215, 132, 49, 222, 139, 56, 229, 146, 63, 236, 153, 70, 243,
@@ -34,6 +55,31 @@ __constant__ uint16_t tie_rank[256] = {
     48, 221, 138, 55, 228, 145, 62, 235, 152, 69, 242, 159, 76, 249, 166, 83,
 };
 K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - tie_rank[e]; }
+#elif K3_HIP
+constexpr int kRouteSigmoid = kSigmoidExpf;
+// Ties: table; tie_rank[e] is expert e's place in the order.
+__constant__ uint16_t tie_rank[256] = {
+    0, 173, 90, 7, 180, 97, 14, 187, 104, 21, 194, 111, 28, 201, 118, 35,
+    208, 125, 42, 215, 132, 49, 222, 139, 56, 229, 146, 63, 236, 153, 70, 243,
+    160, 77, 250, 167, 84, 1, 174, 91, 8, 181, 98, 15, 188, 105, 22, 195,
+    112, 29, 202, 119, 36, 209, 126, 43, 216, 133, 50, 223, 140, 57, 230, 147,
+    64, 237, 154, 71, 244, 161, 78, 251, 168, 85, 2, 175, 92, 9, 182, 99,
+    16, 189, 106, 23, 196, 113, 30, 203, 120, 37, 210, 127, 44, 217, 134, 51,
+    224, 141, 58, 231, 148, 65, 238, 155, 72, 245, 162, 79, 252, 169, 86, 3,
+    176, 93, 10, 183, 100, 17, 190, 107, 24, 197, 114, 31, 204, 121, 38, 211,
+    128, 45, 218, 135, 52, 225, 142, 59, 232, 149, 66, 239, 156, 73, 246, 163,
+    80, 253, 170, 87, 4, 177, 94, 11, 184, 101, 18, 191, 108, 25, 198, 115,
+    32, 205, 122, 39, 212, 129, 46, 219, 136, 53, 226, 143, 60, 233, 150, 67,
+    240, 157, 74, 247, 164, 81, 254, 171, 88, 5, 178, 95, 12, 185, 102, 19,
+    192, 109, 26, 199, 116, 33, 206, 123, 40, 213, 130, 47, 220, 137, 54, 227,
+    144, 61, 234, 151, 68, 241, 158, 75, 248, 165, 82, 255, 172, 89, 6, 179,
+    96, 13, 186, 103, 20, 193, 110, 27, 200, 117, 34, 207, 124, 41, 214, 131,
+    48, 221, 138, 55, 228, 145, 62, 235, 152, 69, 242, 159, 76, 249, 166, 83,
+};
+K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - tie_rank[e]; }
+#else
+#error "no tie order and sigmoid for this backend: it is not a target of specs/route_topk_e256.yaml"
+#endif
 
 // Shared memory of one routing block.
 struct RouteShared {
@@ -67,7 +113,7 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     key[i] = 0;  // below every real key: indices past E are never counted
     weight[i] = 0.0f;
     if (e < E) {
-      const float s = 1.0f / (1.0f + expf(-k3::to_float(scores[e])));  // torch.sigmoid's fp32 formula
+      const float s = route_sigmoid<kRouteSigmoid>(k3::to_float(scores[e]));
       weight[i] = s;
       key[i] = (uint64_t(rank_key(s + k3::to_float(bias[e]))) << 16) | tie_priority(e);
     }
