@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jinja2
 
+from . import routing
 from .dtypes import DTYPES
 from .plan import KEY_BITS, FamilyPlan, Variant
 
@@ -67,7 +68,8 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     out = {}
     csrc = f"k3kernels/csrc/{p.name}"
     common = dict(spec=p.spec, constants=_cpp_constants(p), key_bits=KEY_BITS,
-                  matrix_text=matrix_text(p), routing=p.backend_routing())
+                  matrix_text=matrix_text(p), routing=p.backend_routing(),
+                  routing_declared=routing.declares_routing(p.spec))
     out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
     header = KERNEL_HEADER.format(name=p.name)
     out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **common)

@@ -134,6 +134,12 @@ class BackendRouting:
         return {"tie_order": self.tie_kind, "tie_priority_sha256": table, "sigmoid": self.sigmoid}
 
 
+def declares_routing(spec) -> bool:
+    """Whether the spec says anything of ties or the sigmoid (the routing families do; the defaults
+    mean nothing to the others, whose generated tests stay as they were)."""
+    return bool({"tie_order", "sigmoid"} & spec.model_fields_set)
+
+
 def resolve(spec, backend: str) -> BackendRouting:
     """The routing of one backend of a validated spec."""
     order = _for_backend(spec.tie_order, backend)
