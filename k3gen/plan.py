@@ -174,7 +174,8 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     template_sha = _templates_sha256(root, s.template)
     specs = []
     for backend in BACKENDS:
-        routing_key = routing.resolve(s, backend).key_params() if getattr(s.targets, backend) else None
+        # A routing family's tie order and sigmoid differ per backend: part of the key, never shared.
+        routing_key = routing.resolve(s, backend).key_params() if routing.declares_routing(s) else None
         for arch in getattr(s.targets, backend):
             aflags = {f: arch in (s.flags[f].archs or []) for f in arch_flags}
             for v in variants:
@@ -182,8 +183,9 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
                 params = {"identity": identity, "dtypes": v.dtypes, "params": v.params, "flags": v.flags,
                           "arch_flags": aflags, "constants": s.constants, "vec": v.vec, "fast_math": v.fast_math, "backend": backend,
                           "arch": arch, "toolchain": TOOLCHAIN[backend], "k3gen": __version__,
-                          "templates": template_sha, "spec": _spec_sha(ls),
-                          "routing": routing_key}
+                          "templates": template_sha, "spec": _spec_sha(ls)}
+                if routing_key is not None:
+                    params["routing"] = routing_key
                 key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
                 specs.append(Specialization(v, backend, arch, aflags, identity, key))
     excluded = [({a: c[a] for a in axes}, c["reason"]) for c in s.dtypes.exclude]
