@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from .dtypes import DTYPES
 from .errors import FieldError
 from .exprs import ExprError, Scope, parse_expr
-from .routing import SigmoidSpec, TieOrderSpec, check_routing
+from .routing import SigmoidSpec, TieOrderSpec, check_keys, check_routing
 
 CUDA_ARCHS = ("sm_90a", "sm_100a", "sm_120a")
 HIP_ARCHS = ("gfx942", "gfx950")
@@ -344,6 +344,11 @@ class KernelSpec(SpecModel):
                             "every backend or `{cuda: ..., hip: ...}` (routing families)")
     oracle: str = Field(description="module holding reference(), make_args() and the test cases")
     tests: Tests
+
+    @field_validator("tie_order", "sigmoid", mode="before")
+    @classmethod
+    def _routing_keys(cls, value, info):
+        return check_keys(info.field_name, value)
 
     @model_validator(mode="after")
     def _routing(self):

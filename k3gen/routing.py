@@ -29,22 +29,7 @@ SIGMOID_CPP = {"expf": "kSigmoidExpf", "exp2": "kSigmoidExp2"}
 
 
 class _Strict(BaseModel):
-    """Frozen, and an unknown key is a FieldError naming the allowed keys (pydantic's own
-    extra-key error would be located through the union tags, which k3gen.load does not follow)."""
-
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data):
-        if isinstance(data, dict):
-            allowed = list(cls.model_fields)
-            for key in data:
-                if key not in allowed:
-                    close = difflib.get_close_matches(str(key), allowed, n=1)
-                    hint = f" (did you mean '{close[0]}'?)" if close else ""
-                    raise FieldError(f"unknown key '{key}'{hint}; allowed here: {', '.join(allowed)}", (key,))
-        return data
 
 
 class TieRule(_Strict):
@@ -102,6 +87,29 @@ TieOrderSpec = Annotated[Union[Annotated[Literal["lowest_id"], Tag("named")],
 SigmoidSpec = Annotated[Union[Annotated[SigmoidName, Tag("named")],
                               Annotated[SigmoidPerBackend, Tag("per_backend")]],
                         Discriminator(lambda v: "per_backend" if isinstance(v, dict) else "named")]
+
+
+def check_keys(field: str, value):
+    """Unknown keys of a `tie_order` or `sigmoid` mapping, as a FieldError at the key. Checked before
+    pydantic picks a union member, whose tag would otherwise end up in the error's field path."""
+    if field == "sigmoid" and isinstance(value, dict):
+        _known_keys(value, list(BACKENDS), ())
+    elif field == "tie_order" and _any_order(value) == "per_backend":
+        _known_keys(value, list(BACKENDS), ())
+        for backend, order in value.items():
+            if isinstance(order, dict):
+                _known_keys(order, list(TieRule.model_fields), (backend,))
+    elif field == "tie_order" and isinstance(value, dict):
+        _known_keys(value, list(TieRule.model_fields), ())
+    return value
+
+
+def _known_keys(mapping: dict, allowed: list[str], where: tuple) -> None:
+    for key in mapping:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise FieldError(f"unknown key '{key}'{hint}; allowed here: {', '.join(allowed)}", where + (key,))
 
 
 @dataclass(frozen=True)
