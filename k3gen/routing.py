@@ -22,6 +22,7 @@ from .errors import FieldError
 
 BACKENDS = ("cuda", "hip")
 WAVE_LANES = 64
+MAX_EXPERTS = 65535  # tie priorities are a 16-bit field of the kernel's composite key
 # The formulas a spec may name, in words (docs) and as the C++ constant that selects them (device.cuh.j2).
 SIGMOIDS = {"expf": "`1 / (1 + expf(-x))`, torch.sigmoid's fp32 formula",
             "exp2": "`1 / (1 + exp2f(-log2e * x))` with log2e = 1.44269504088896340736f, aiter's formula"}
@@ -189,6 +190,9 @@ def expert_priorities(order, num_experts, where: tuple) -> list[int] | None:
     if not isinstance(n, int) or isinstance(n, bool):
         what = "table" if isinstance(order, list) else "rule"
         raise FieldError(f"a tie-order {what} needs an integer constant `num_experts`", where)
+    if not 0 < n <= MAX_EXPERTS:
+        raise FieldError(f"num_experts = {n} cannot be tie-ordered: 1..{MAX_EXPERTS} experts fit the kernel's "
+                         "16-bit tie field", where)
     places = order if isinstance(order, list) else wave64_traversal(order, n, where)
     if sorted(places) != list(range(n)):
         missing = sorted(set(range(n)) - set(places))[:5]

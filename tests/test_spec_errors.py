@@ -191,6 +191,9 @@ CASES = [
                            "missing e.g. [7]"),
     Case("tie rule without num_experts", with_routing(f"tie_order: {rule()}", num_experts=None), "tie_order:",
          K + "tie_order): a tie-order rule needs an integer constant `num_experts`"),
+    Case("tie rule for more experts than the tie field holds", with_routing(f"tie_order: {rule()}", num_experts=70000),
+         "tie_order:", K + "tie_order): num_experts = 70000 cannot be tie-ordered: 1..65535 experts fit the kernel's "
+                           "16-bit tie field"),
     Case("tie rule unknown", with_routing(f"tie_order: {rule().replace('wave64', 'wave32')}"), "tie_order:",
          K + "tie_order.rule): 'wave32_lane_table' is not allowed here (did you mean 'wave64_lane_table'?); "
              "use one of: wave64_lane_table"),
