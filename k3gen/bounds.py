@@ -15,7 +15,6 @@ KEY_FIELDS = 64 // KEY_BITS  # components of one 64-bit switch key (axes + param
 MAX_PARAM_VALUES = 1 << KEY_BITS  # values of one param: its index must fit its key field
 MAX_VARIANTS = 256  # variants (translation units per backend) of one family
 MAX_TEST_DIM_SETS = 64  # combinations of tests.dims
-MAX_TIE_TABLE = 4096  # entries of an explicit tie-order table
 MAX_FILE_NAME = 200  # characters of a generated file name (filesystems stop at 255)
 INT32 = (-(2**31), 2**31 - 1)  # integer constants, params and defaults become C++ int
 FLOAT32_MAX = 3.4028234663852886e38

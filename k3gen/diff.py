@@ -41,8 +41,8 @@ class SpecializationRef:
 
 @dataclass(frozen=True)
 class Change:
-    """One spec-level change of a family: `kind` (gate, constant, tie_order, flag, param, targets,
-    axis, exclusion, default, runner, field) and `name` say what; old/new are text, None when absent."""
+    """One spec-level change of a family: `kind` (gate, constant, tie_order, sigmoid, flag, param,
+    targets, axis, exclusion, default, runner, field) and `name` say what; old/new are text, None when absent."""
 
     kind: str
     name: str
@@ -154,6 +154,8 @@ def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
     out += _keyed("constant", a.constants, b.constants, repr)
     if a.tie_order != b.tie_order:
         out.append(Change("tie_order", "tie_order", *_tie_texts(a.tie_order, b.tie_order)))
+    if a.sigmoid != b.sigmoid:
+        out.append(Change("sigmoid", "sigmoid", _per_backend_text(a.sigmoid, str), _per_backend_text(b.sigmoid, str)))
     out += _keyed("param", a.params, b.params, lambda p: f"values {', '.join(map(str, p.values))}; "
                                                          f"default {p.default}")
     out += _keyed("flag", a.flags, b.flags, _flag_text)
@@ -189,10 +191,20 @@ def _flag_text(f) -> str:
     return f"keyword argument, default {'on' if f.default else 'off'}"
 
 
+def _per_backend_text(value, text) -> str:
+    """`cuda: X; hip: Y` for a per-backend choice (k3gen.routing), else the one value's text."""
+    if hasattr(value, "cuda") and hasattr(value, "hip"):
+        return "; ".join(f"{b}: {text(getattr(value, b))}" for b in ("cuda", "hip") if getattr(value, b) is not None)
+    return text(value)
+
+
 def _tie_texts(old, new) -> tuple[str, str]:
     def text(t, places=()):
+        if hasattr(t, "rule"):
+            return f"{t.rule}: {t.experts_per_group} experts to a group, lane_rank " + \
+                   ", ".join(map(str, t.lane_rank[:8])) + ", …"
         if not isinstance(t, list):
-            return str(t)
+            return _per_backend_text(t, text) if hasattr(t, "cuda") else str(t)
         if places:
             return f"table of {len(t)}; at places {', '.join(map(str, places))}: " + \
                    ", ".join(str(t[i]) for i in places)

@@ -7,8 +7,10 @@ deterministic as the rest of generated/.
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass
 
+from . import routing
 from .dtypes import DTYPES
 from .escape import one_line
 from .plan import FamilyPlan
@@ -159,17 +161,56 @@ def constants_table(p: FamilyPlan) -> Table | None:
 
 
 def tie_order(p: FamilyPlan) -> dict:
-    """Words for the tie order, and the table's rows (16 entries a line) when there is one."""
-    table = p.spec.tie_order
-    if isinstance(table, list):
-        lines = [", ".join(map(str, table[i:i + 16])) for i in range(0, len(table), 16)]
-        lines = [line + ("," if i < len(lines) - 1 else "") for i, line in enumerate(lines)]
-        return {"text": f"A table of {len(table)} indices; among equal keys the one listed first wins:",
-                "lines": lines}
-    if "tie_order" in p.spec.model_fields_set:
-        return {"text": "`lowest_id`: among equal keys, the lower index wins.", "lines": []}
-    return {"text": "Not declared; the default `lowest_id` applies (the lower index wins where keys tie).",
-            "lines": []}
+    """The tie order and sigmoid of each backend (k3gen.routing) in words, and the rows of every
+    table or rule they use (16 entries a line)."""
+    if not routing.declares_routing(p.spec):
+        return {"heading": "Tie order", "table": None, "blocks": [], "lines": [],
+                "text": "Not declared; the default `lowest_id` applies (the lower index wins where keys tie)."}
+    resolved = p.backend_routing()
+    rows = [[r.backend, _tie_words(r), f"`{r.sigmoid}`: {routing.SIGMOIDS[r.sigmoid]}"] for r in resolved]
+    blocks = []
+    for order in dict.fromkeys(_hashable(r.tie_order) for r in resolved if r.priority is not None):
+        users = [r for r in resolved if _hashable(r.tie_order) == order]
+        blocks += _order_blocks(users[0], ", ".join(r.backend for r in users))
+    # lines: the rows of a table every backend shares, for doc templates from before per-backend
+    # routing (`k3gen diff` renders older revs with this module).
+    shared = [r.tie_order for r in resolved]
+    lines = _lines(shared[0]) if isinstance(shared[0], list) and shared.count(shared[0]) == len(shared) else []
+    return {"heading": "Tie order and sigmoid", "table": _table(["backend", "tie order", "sigmoid"], rows), "lines": lines,
+            "blocks": blocks, "text": "Each backend compiles its own row; the generated tests give the oracle the row "
+                                      "of the backend they run on."}
+
+
+def _tie_words(r: routing.BackendRouting) -> str:
+    if r.priority is None:
+        return "`lowest_id`: among equal keys, the lower index wins"
+    if isinstance(r.tie_order, list):
+        return f"a table of {len(r.tie_order)} indices (below): among equal keys the one listed first wins"
+    return (f"`{r.tie_kind}`, {r.tie_order.experts_per_group} experts to a group: lanes visited in the order of "
+            "the lane table below (aiter's wave64 rule); among equal keys the one visited first wins")
+
+
+def _hashable(order):
+    return json.dumps(order.model_dump() if hasattr(order, "model_dump") else order)
+
+
+def _lines(values: list[int]) -> list[str]:
+    lines = [", ".join(map(str, values[i:i + 16])) for i in range(0, len(values), 16)]
+    return [line + ("," if i < len(lines) - 1 else "") for i, line in enumerate(lines)]
+
+
+def _order_blocks(r: routing.BackendRouting, backends: str) -> list[dict]:
+    if isinstance(r.tie_order, list):
+        return [{"text": f"The table ({backends}), first place first:", "lines": _lines(r.tie_order)}]
+    rule = r.tie_order
+    order = sorted(range(len(r.priority)), key=r.priority.__getitem__)
+    shown = order[:64]
+    return [{"text": (f"`{rule.rule}` ({backends}): groups of {rule.experts_per_group} consecutive experts are dealt "
+                      f"to {routing.WAVE_LANES} lanes (group g on lane g % {routing.WAVE_LANES}, bank "
+                      f"g // {routing.WAVE_LANES}); lanes are visited by rank, a lane's banks in order, a group's "
+                      "experts by id. Rank of each lane, lane 0 first:"), "lines": _lines(rule.lane_rank)},
+            {"text": f"The resulting order, first place first (the first {len(shown)} of {len(order)} places):",
+             "lines": _lines(shown)}]
 
 
 def runners_table(p: FamilyPlan) -> Table | None:

@@ -16,6 +16,7 @@ from . import grammar
 from .bounds import KEY_FIELDS, MAX_PARAM_VALUES, MAX_TEST_DIM_SETS, MAX_VARIANTS
 from .dtypes import DTYPES
 from .errors import FieldError
+from .routing import SigmoidSpec, TieOrderSpec, check_keys
 
 CUDA_ARCHS = ("sm_90a", "sm_100a", "sm_120a")
 HIP_ARCHS = ("gfx942", "gfx950")
@@ -410,12 +411,22 @@ class KernelSpec(SpecModel):
     fast_math: FastMath | None = Field(None, description="variants that may use approximate math")
     signature: Signature
     gates: list[Gate] = Field(default_factory=list)
-    tie_order: Union[Literal["lowest_id"], list[StrictInt]] = Field(
-        "lowest_id", description="how equal keys are ordered: lowest_id, or a table listing every index, "
-                                 "earlier entries winning ties (routing families)")
+    tie_order: TieOrderSpec = Field(
+        "lowest_id", description="how equal keys are ordered: lowest_id, a table listing every index, "
+                                 "earlier entries winning ties, or a rule with its table (`{rule: "
+                                 "wave64_lane_table, ...}`); one for every backend or `{cuda: ..., hip: ...}` "
+                                 "(routing families; see k3gen.routing)")
+    sigmoid: SigmoidSpec = Field(
+        "expf", description="the routing sigmoid: expf (torch.sigmoid's formula) or exp2 (aiter's); one for "
+                            "every backend or `{cuda: ..., hip: ...}` (routing families)")
     oracle: Annotated[str, _checked(_oracle_problem)] = Field(
         description="module holding reference(), make_args() and the test cases: k3gen.oracles.NAME")
     tests: Tests
+
+    @field_validator("tie_order", "sigmoid", mode="before")
+    @classmethod
+    def _routing_keys(cls, value, info):
+        return check_keys(info.field_name, value)
 
     @property
     def call_flags(self) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 import jinja2.meta
 
-from . import __version__
+from . import __version__, routing
 from .dtypes import DTYPES
 from .errors import SpecErrors
 from .bounds import KEY_BITS
@@ -134,15 +134,9 @@ class FamilyPlan:
         return [(f"{p}_{val}", i) for p, prm in self.spec.params.items() for i, val in enumerate(prm.values)
                 if isinstance(val, str)]
 
-    def tie_rank(self) -> list[int] | None:
-        """Rank of each index in the spec's tie table (lower wins), or None for lowest_id."""
-        table = self.spec.tie_order
-        if table == "lowest_id":
-            return None
-        rank = [0] * len(table)
-        for position, index in enumerate(table):
-            rank[index] = position
-        return rank
+    def backend_routing(self) -> list[routing.BackendRouting]:
+        """Tie order (expanded to a priority per expert) and sigmoid of each backend (k3gen.routing)."""
+        return [routing.resolve(self.spec, b) for b in self.backends]
 
     @property
     def call_alignment(self) -> int | None:
@@ -198,6 +192,8 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     template_sha = _templates_sha256(root, s.template)
     specs = []
     for backend in BACKENDS:
+        # A routing family's tie order and sigmoid differ per backend: part of the key, never shared.
+        routing_key = routing.resolve(s, backend).key_params() if routing.declares_routing(s) else None
         for arch in getattr(s.targets, backend):
             aflags = {f: arch in (s.flags[f].archs or []) for f in arch_flags}
             for v in variants:
@@ -206,6 +202,8 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
                           "arch_flags": aflags, "constants": s.constants, "vec": v.vec, "fast_math": v.fast_math, "backend": backend,
                           "arch": arch, "toolchain": TOOLCHAIN[backend], "k3gen": __version__,
                           "templates": template_sha, "spec": _spec_sha(ls)}
+                if routing_key is not None:
+                    params["routing"] = routing_key
                 key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
                 specs.append(Specialization(v, backend, arch, aflags, identity, key))
     excluded = [({a: c[a] for a in axes}, c["reason"]) for c in s.dtypes.exclude]

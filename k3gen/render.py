@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import escape
+from . import escape, routing
 from .dtypes import DTYPES
 from .bounds import KEY_BITS
 from .plan import FamilyPlan, Variant
@@ -72,8 +72,12 @@ def kernel_headers(p: FamilyPlan, backend: str) -> list[str]:
 def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     out = {}
     csrc = f"k3kernels/csrc/{p.name}"
+    resolved = p.backend_routing()
+    # tie_rank: the one tie order of templates from before per-backend routing, which `k3gen diff`
+    # still renders for older revs (whose specs give one order for every backend).
     common = dict(spec=p.spec, constants=_cpp_constants(p), key_bits=KEY_BITS,
-                  matrix_text=matrix_text(p), tie_rank=p.tie_rank())
+                  matrix_text=matrix_text(p), routing=resolved, routing_declared=routing.declares_routing(p.spec),
+                  tie_rank=resolved[0].priority if resolved else None)
     out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
     header = KERNEL_HEADER.format(name=p.name)
     out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **common)

@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from .bounds import KEY_FIELDS, MAX_FILE_NAME, MAX_TIE_TABLE, MAX_VARIANTS
+from .bounds import KEY_FIELDS, MAX_FILE_NAME, MAX_VARIANTS
 from .dtypes import DTYPES
+from .errors import FieldError
 from .exprs import ExprError, parse_expr
 from .model import _suggest
+from .routing import check_routing
 from .scopes import dim_scope, gate_scope, select_scope, shape_scope
 
 RULES: list[tuple[tuple[str, ...], object]] = []
@@ -202,15 +204,10 @@ def _fast_math(s):
                 yield ("fast_math", "when", key, i), f"{v!r} is not a value of '{key}' ({', '.join(map(str, allowed))})"
 
 
-@rule("tie_order", "constants")
-def _tie_table(s):
-    if not isinstance(s.tie_order, list):
-        return
-    n = s.constants.get("num_experts")
-    if type(n) is not int:
-        yield ("tie_order",), "a tie-order table needs an integer constant `num_experts`"
-    elif len(s.tie_order) > MAX_TIE_TABLE or len(s.tie_order) != n or sorted(s.tie_order) != list(range(n)):
-        missing = sorted(set(range(min(n, MAX_TIE_TABLE))) - set(s.tie_order))[:5]
-        yield ("tie_order",), (f"the table must list each of 0..{n - 1} once (num_experts = {n}, at most "
-                               f"{MAX_TIE_TABLE} entries: bounds.MAX_TIE_TABLE); got {len(s.tie_order)} entries, "
-                               f"missing e.g. {missing}")
+@rule("tie_order", "sigmoid", "targets", "constants")
+def _routing(s):
+    """Per-backend maps cover the targets; every tie order is a permutation of the experts."""
+    try:
+        check_routing(s)
+    except FieldError as exc:
+        yield from exc.items

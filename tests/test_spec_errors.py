@@ -21,7 +21,7 @@ from support import FROZEN_SPEC, SPEC_FILE
 VALID = FROZEN_SPEC.read_text()
 BAD = "specs/bad.yaml"
 TOP_KEYS = ("kernel, summary, template, targets, constants, dtypes, params, flags, vector, fast_math, "
-            "signature, gates, tie_order, oracle, tests")
+            "signature, gates, tie_order, sigmoid, oracle, tests")
 EXCLUDE_1 = '    - {in: bf16, out: fp16, reason: "no consumer mixes half formats; cast the bf16 output instead"}\n'
 
 
@@ -54,6 +54,22 @@ class Case:
     def expected(self) -> str:
         line = self.at if isinstance(self.at, int) else line_of(self.text, self.at)
         return f"{BAD}:{line} {self.error}"
+
+
+AITER_LANES = ("56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48, 40, 41, 42, 43, 47, 46, 45, 44, 36, 37, "
+               "38, 39, 35, 34, 33, 32, 24, 25, 26, 27, 31, 30, 29, 28, 20, 21, 22, 23, 19, 18, 17, 16, 8, 9, 10, 11, "
+               "15, 14, 13, 12, 4, 5, 6, 7, 3, 2, 1, 0")
+ROWS_PER_THREAD = "  rows_per_thread: 2        # rows whose loads a thread issues together (memory-level parallelism)\n"
+
+
+def with_routing(routing: str, num_experts: int | None = 8) -> str:
+    """The spec with routing fields before `oracle:` and, unless None, a `num_experts` constant."""
+    text = edit("oracle: k3gen.oracles.situ_and_mul", f"{routing}\noracle: k3gen.oracles.situ_and_mul")
+    return text if num_experts is None else edit(ROWS_PER_THREAD, f"{ROWS_PER_THREAD}  num_experts: {num_experts}\n", text)
+
+
+def rule(lanes: str = AITER_LANES, experts_per_group: int = 4) -> str:
+    return f"{{rule: wave64_lane_table, experts_per_group: {experts_per_group}, lane_rank: [{lanes}]}}"
 
 
 K = '(kernel "situ_and_mul", '  # every error of a readable spec names its kernel
@@ -151,6 +167,59 @@ CASES = [
          K + "tests.rejects.misaligned_pointer): gate index 3 is out of range; this spec has gates 0..2"),
     Case("tests.dims naming an unknown dim", edit("dims: {M: [1, 7", "dims: {N: [1, 7"), "dims: {N:",
          K + "tests.dims.N): 'N' is not a dim; dims: M, D"),
+    # --- tie order and sigmoid (k3gen.routing)
+    Case("sigmoid not a formula", with_routing("sigmoid: exp3"), "sigmoid: exp3",
+         K + "sigmoid): 'exp3' is not allowed here (did you mean 'expf'?); use one of: expf, exp2"),
+    Case("sigmoid per backend misses a target backend", with_routing("sigmoid: {cuda: expf}"), "sigmoid:",
+         K + "sigmoid): no sigmoid for backend hip, which this spec targets (gfx942, gfx950); add `hip: expf` or "
+             "`hip: exp2`"),
+    Case("sigmoid names a backend the spec does not target",
+         edit("  hip: [gfx942, gfx950]\n", "", with_routing("sigmoid: {cuda: expf, hip: exp2}")), "sigmoid:",
+         K + "sigmoid.hip): this spec has no hip targets; remove `hip` here or add hip archs under targets"),
+    Case("sigmoid per backend with an unknown key", with_routing("sigmoid: {cuda: expf, hip: exp2, rocm: exp2}"),
+         "sigmoid:", K + "sigmoid.rocm): unknown key 'rocm'; allowed here: cuda, hip"),
+    Case("sigmoid per backend not a formula", with_routing("sigmoid: {cuda: expf, hip: exp}"), "sigmoid:",
+         K + "sigmoid.hip): 'exp' is not allowed here (did you mean 'expf'?); use one of: expf, exp2"),
+    Case("tie order name", with_routing("tie_order: lowest"), "tie_order: lowest",
+         K + "tie_order): 'lowest' is not allowed here (did you mean 'lowest_id'?); use one of: lowest_id"),
+    Case("tie order per backend misses a target backend", with_routing("tie_order: {hip: lowest_id}"), "tie_order:",
+         K + "tie_order): no tie_order for backend cuda, which this spec targets (sm_90a, sm_100a); add "
+             "`cuda: lowest_id` or another order"),
+    Case("tie order per backend with an unknown key", with_routing("tie_order: {cuda: lowest_id, hipp: lowest_id}"),
+         "tie_order:", K + "tie_order.hipp): unknown key 'hipp' (did you mean 'hip'?); allowed here: cuda, hip"),
+    Case("tie table not a permutation", with_routing("tie_order: {cuda: lowest_id, hip: [0, 1, 2, 3, 4, 5, 6, 6]}"),
+         "tie_order:", K + "tie_order.hip): the table must list each of 0..7 once (num_experts = 8); got 8 entries, "
+                           "missing e.g. [7]"),
+    Case("tie rule without num_experts", with_routing(f"tie_order: {rule()}", num_experts=None), "tie_order:",
+         K + "tie_order): a tie-order rule needs an integer constant `num_experts`"),
+    Case("tie rule for more experts than the tie field holds", with_routing(f"tie_order: {rule()}", num_experts=70000),
+         "tie_order:", K + "tie_order): num_experts = 70000 cannot be tie-ordered: 1..65535 experts fit the kernel's "
+                           "16-bit tie field"),
+    Case("tie rule unknown", with_routing(f"tie_order: {rule().replace('wave64', 'wave32')}"), "tie_order:",
+         K + "tie_order.rule): 'wave32_lane_table' is not allowed here (did you mean 'wave64_lane_table'?); "
+             "use one of: wave64_lane_table"),
+    Case("tie rule with an unknown key", with_routing(f"tie_order: {rule().replace('lane_rank', 'lane_ranks')}"),
+         "tie_order:", K + "tie_order.lane_ranks): unknown key 'lane_ranks' (did you mean 'lane_rank'?); allowed "
+                           "here: rule, experts_per_group, lane_rank"),
+    Case("tie rule per backend with an unknown key",
+         with_routing(f"tie_order: {{cuda: lowest_id, hip: {rule().replace('lane_rank', 'lanes')}}}"), "tie_order:",
+         K + "tie_order.hip.lanes): unknown key 'lanes'; allowed here: rule, experts_per_group, lane_rank"),
+    Case("tie rule missing a key", with_routing(f"tie_order: {rule().replace('experts_per_group: 4, ', '')}"),
+         "tie_order:", K + "tie_order.experts_per_group): required key 'experts_per_group' is missing; add it"),
+    Case("tie rule lane table too short", with_routing(f"tie_order: {rule(AITER_LANES[:-3])}"), "tie_order:",
+         K + "tie_order.lane_rank): a wave64 lane table has 64 entries, one rank per lane; got 63"),
+    Case("tie rule rank out of range", with_routing(f"tie_order: {rule(AITER_LANES.replace('63, 62', '64, 62'))}"),
+         "tie_order:", K + "tie_order.lane_rank.4): lane 4 has rank 64; ranks are 0..63, each once"),
+    Case("tie rule rank twice, on its own line of a multi-line table", with_routing(
+        "tie_order: {rule: wave64_lane_table, experts_per_group: 4, lane_rank: [\n"
+        "  56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48,\n"
+        "  40, 41, 42, 43, 47, 46, 45, 44, 36, 37, 38, 39, 35, 34, 33, 33,\n"
+        "  24, 25, 26, 27, 31, 30, 29, 28, 20, 21, 22, 23, 19, 18, 17, 16,\n"
+        "  8, 9, 10, 11, 15, 14, 13, 12, 4, 5, 6, 7, 3, 2, 1, 0]}"), "35, 34, 33, 33",
+         K + "tie_order.lane_rank.31): rank 33 is given to lanes 30 and 31; each of 0..63 once"),
+    Case("tie rule groups that do not divide the experts", with_routing(f"tie_order: {rule(experts_per_group=3)}"),
+         "tie_order:", K + "tie_order.experts_per_group): experts_per_group = 3 does not divide num_experts = 8; "
+                           "lanes load whole groups, so give a divisor"),
     # --- YAML itself
     Case("unclosed bracket", edit("cuda: [sm_90a, sm_100a]", "cuda: [sm_90a, sm_100a"), "cuda: [",
          "(<yaml>): not valid YAML: while parsing a flow sequence, expected ',' or ']', but got ':' (line 7); "

@@ -2,7 +2,7 @@
 """k3kernels: the kernel families generated from specs/. Each module is one family."""
 from importlib import import_module
 
-FAMILIES = ['per_token_group_quant', 'route_quant_fused', 'route_topk', 'route_topk_e256', 'situ_and_mul']
+FAMILIES = ['per_token_group_quant', 'route_quant_fused', 'route_topk', 'route_topk_aiter', 'route_topk_e256', 'situ_and_mul']
 
 
 def __getattr__(name):

@@ -17,7 +17,7 @@ def _quant_variant(variant: dict) -> dict:
 
 def _route_variant(variant: dict) -> dict:
     return {"score": variant["score"], "bias": "fp32", "constants": variant["constants"],
-            "tie_order": variant["tie_order"]}
+            "tie_order": variant.get("tie_order", "lowest_id"), "sigmoid": variant.get("sigmoid", "expf")}
 
 
 def reference(variant: dict, scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize=1,

@@ -1,15 +1,28 @@
 """Oracle for route_topk (KERNELS.md §3), bit-exact.
 
 s = sigmoid(float(score)); rank = s + float(bias) in fp32. Experts are ordered by rank descending,
-NaN below every number (-inf included), -0.0 == +0.0, ties by the spec's tie order (lowest id, or a
-table). Weights are s; with renormalize they are divided by their sum (added in rank order, one fp32
-add at a time) when that sum is positive; then multiplied by routed_scaling_factor.
+NaN below every number (-inf included), -0.0 == +0.0, ties by the spec's tie order (lowest id, a
+table, or aiter's wave64 rule). Weights are s; with renormalize they are divided by their sum (added
+in rank order, one fp32 add at a time) when that sum is positive; then multiplied by
+routed_scaling_factor. The sigmoid is torch.sigmoid (`expf`) or aiter's exp2 formula (`exp2`).
+
+A variant names the tie order and sigmoid of the backend under test (the generated test reads them
+from the spec per backend). aiter's rule is computed here from this module's own copy of aiter's
+lane table and its closed formula, never from k3gen's expansion, so a change on either side fails
+the tests instead of drifting silently.
 """
 from __future__ import annotations
 
 import torch
 
 TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+# aiter's wave64 traversal (issue 15): lane -> rank, experts 4 to a group. Copied on purpose.
+AITER_LANE_RANK = [56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48, 40, 41, 42, 43, 47, 46, 45, 44,
+                   36, 37, 38, 39, 35, 34, 33, 32, 24, 25, 26, 27, 31, 30, 29, 28, 20, 21, 22, 23, 19, 18, 17, 16,
+                   8, 9, 10, 11, 15, 14, 13, 12, 4, 5, 6, 7, 3, 2, 1, 0]
+AITER_EXPERTS_PER_GROUP = 4
+LOG2E = 1.44269504088896340736
 
 
 def rank_keys(rank: torch.Tensor) -> torch.Tensor:
@@ -20,21 +33,63 @@ def rank_keys(rank: torch.Tensor) -> torch.Tensor:
     return torch.where(rank.isnan(), torch.zeros_like(key), key)
 
 
-def tie_rank(variant: dict, e: int, device) -> torch.Tensor:
-    table = variant.get("tie_order", "lowest_id")
-    if table == "lowest_id":
-        return torch.arange(e, device=device)
-    rank = torch.empty(e, dtype=torch.int64)
-    rank[torch.tensor(table)] = torch.arange(e)
-    return rank.to(device)
+def aiter_priorities(rule: dict, e: int) -> list[int]:
+    """aiter's tie priority of each expert (lower wins), by its closed formula (issue 15)."""
+    assert rule["lane_rank"] == AITER_LANE_RANK and rule["experts_per_group"] == AITER_EXPERTS_PER_GROUP, \
+        f"the spec's wave64 lane table is not aiter's: {rule}; this oracle knows aiter's only"
+    groups = e // 4
+    few = groups // 64  # groups on the lanes visited first (3 for 896 experts); the rest hold one more
+    n_few = 64 - groups % 64  # how many lanes hold `few` (32 for 896 experts)
+    priority = []
+    for x in range(e):
+        group = x >> 2
+        lane, bank = group & 63, group >> 6
+        rank = AITER_LANE_RANK[lane]
+        group_rank = rank * few + bank if rank < n_few else n_few * few + (rank - n_few) * (few + 1) + bank
+        priority.append((group_rank << 2) + (x & 3))
+    assert sorted(priority) == list(range(e)), f"aiter's formula is no bijection onto [0, {e})"
+    return priority
+
+
+def tie_priorities(variant: dict, e: int) -> list[int]:
+    """Each expert's place in the variant's tie order: the lower place wins a tie."""
+    order = variant.get("tie_order", "lowest_id")
+    if order == "lowest_id":
+        return list(range(e))
+    if isinstance(order, list):  # the experts, first place first
+        priority = [0] * e
+        for place, expert in enumerate(order):
+            priority[expert] = place
+        return priority
+    if isinstance(order, dict) and order.get("rule") == "wave64_lane_table":
+        return aiter_priorities(order, e)
+    raise ValueError(f"unknown tie order {order!r}")
+
+
+def tie_winners(variant: dict, k: int) -> list[int]:
+    """The k experts that win when every rank key is equal, in output order."""
+    priority = tie_priorities(variant, variant["constants"]["num_experts"])
+    return sorted(range(len(priority)), key=priority.__getitem__)[:k]
+
+
+def sigmoid(variant: dict, x: torch.Tensor) -> torch.Tensor:
+    """The variant's fp32 sigmoid: torch.sigmoid (expf), or aiter's 1 / (1 + exp2(-log2e * x))."""
+    formula = variant.get("sigmoid", "expf")
+    if formula == "expf":
+        return torch.sigmoid(x)
+    if formula == "exp2":
+        minus_log2e = torch.tensor(-LOG2E, dtype=torch.float32, device=x.device)  # rounded to fp32 as in C++
+        return torch.reciprocal(torch.exp2(x * minus_log2e) + 1)
+    raise ValueError(f"unknown sigmoid formula {formula!r}")
 
 
 def reference(variant: dict, scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1,
               routed_scaling_factor=1.0, out_weights=None, out_ids=None):
-    s = torch.sigmoid(scores.float())
+    s = sigmoid(variant, scores.float())
     rank = s + bias.float()
     m, e = rank.shape
-    composite = (rank_keys(rank) << 16) | (0xFFFF - tie_rank(variant, e, rank.device))
+    priority = torch.tensor(tie_priorities(variant, e), dtype=torch.int64, device=rank.device)
+    composite = (rank_keys(rank) << 16) | (0xFFFF - priority)
     order = composite.argsort(dim=1, descending=True)[:, :topk]
     w = s.gather(1, order)
     if renormalize:
@@ -63,8 +118,11 @@ def check(got, want, variant: dict) -> None:
     bad = (ids != ids_ref).any(dim=1).nonzero()
     assert bad.numel() == 0, f"{bad.numel()} rows pick other experts; first row {bad[0].item()}: " \
         f"{ids[bad[0].item()].tolist()} vs {ids_ref[bad[0].item()].tolist()}"
-    same = (w.view(torch.int32) == w_ref.view(torch.int32)) | (w.isnan() & w_ref.isnan())
-    assert same.all(), f"{int((~same).sum())} weights differ in their bits"
+    # exp2 weights: within 1 ulp (torch's exp2 and the device's exp2f may round apart); expf: bit-exact.
+    ulps = 1 if variant.get("sigmoid", "expf") == "exp2" else 0
+    apart = (w.view(torch.int32).to(torch.int64) - w_ref.view(torch.int32).to(torch.int64)).abs()
+    same = (apart <= ulps) | (w.isnan() & w_ref.isnan())
+    assert same.all(), f"{int((~same).sum())} weights differ by more than {ulps} ulp"
 
 
 def _run(op, variant, args):
@@ -83,10 +141,8 @@ def case_all_equal(op, variant):
     args["scores"].fill_(0.5)
     args["bias"].fill_(0.0)
     w, ids = _run(op, variant, args)
-    k = variant["constants"]["top_k"]
-    table = variant.get("tie_order", "lowest_id")
-    expected = list(range(k)) if table == "lowest_id" else list(table[:k])
-    assert ids[0].tolist() == expected, f"tie order: got {ids[0].tolist()}, spec says {expected}"
+    expected = tie_winners(variant, variant["constants"]["top_k"])
+    assert ids[0].tolist() == expected, f"tie order: got {ids[0].tolist()}, the oracle says {expected}"
 
 
 def case_ties_at_k(op, variant):
@@ -96,6 +152,39 @@ def case_ties_at_k(op, variant):
     args["scores"][:, : k - 3] = 4.0
     args["scores"][:, 40:50] = 3.0  # ten experts tie for the last three places
     args["bias"].fill_(0.0)
+    _run(op, variant, args)
+
+
+def case_tie_straddles_k(op, variant):
+    """Per row, 3 experts clear winners and 40 others, drawn from every lane and bank, tied for the
+    last K - 3 places: the tie order picks which of the 40 win, and in what order."""
+    m, e, k = 8, variant["constants"]["num_experts"], variant["constants"]["top_k"]
+    args = _args(variant, m, 17)
+    gen = torch.Generator(device="cpu").manual_seed(17)
+    low = -4.0 - torch.rand(m, e, generator=gen)  # below every tied score whatever the bias
+    args["scores"].copy_(low.to(args["scores"].dtype))
+    args["bias"].zero_()
+    for row in range(m):
+        chosen = torch.randperm(e, generator=gen)[:43].tolist()
+        args["scores"][row, chosen[:3]] = 4.0
+        args["scores"][row, chosen[3:]] = 3.0
+    _, ids = _run(op, variant, args)
+    priority = tie_priorities(variant, e)
+    for row in range(m):
+        tied = sorted(ids[row, 3:].tolist(), key=priority.__getitem__)
+        assert ids[row, 3:].tolist() == tied, f"row {row}: the tied winners are not in tie order"
+
+
+def case_sigmoid_formula(op, variant):
+    """The weights are the sigmoids themselves (no bias, no renormalization, scale 1) of 1024 values
+    spread over [-16, 16): the spec's formula, to the oracle's tolerance, across its range."""
+    m, e, k = 64, variant["constants"]["num_experts"], variant["constants"]["top_k"]
+    args = _args(variant, m, 18)
+    probes = torch.linspace(-16, 16, m * k + 1)[:-1].reshape(m, k)
+    args["scores"].fill_(float("nan"))  # NaN ranks below every number: the k probes win
+    args["scores"][:, :k] = probes.to(args["scores"].dtype).to(args["scores"].device)
+    args["bias"].zero_()
+    args["renormalize"], args["routed_scaling_factor"] = 0, 1.0
     _run(op, variant, args)
 
 
@@ -116,9 +205,7 @@ def case_signed_zero(op, variant):
     args["bias"].zero_()
     args["bias"][1::3] = -0.0
     _, ids = _run(op, variant, args)
-    table = variant.get("tie_order", "lowest_id")
-    k = variant["constants"]["top_k"]
-    assert ids[0].tolist() == (list(range(k)) if table == "lowest_id" else list(table[:k]))
+    assert ids[0].tolist() == tie_winners(variant, variant["constants"]["top_k"])
 
 
 def case_huge_negative_bias(op, variant):
