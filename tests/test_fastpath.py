@@ -127,7 +127,7 @@ def test_every_changed_property_is_checked_again_on_the_gpu():
     misaligned = storage[1:1 + 8 * 512].view(8, 512)  # same dtype, shape, strides; pointer off by 2 bytes
     with pytest.raises(K3UnsupportedError, match=r"x\.ptr % 16 == 0"):
         fam.situ_and_mul(misaligned, beta, lbeta)
-    odd_rows = torch.randn(8, 520, device="cuda").to(torch.bfloat16)[:, :512]  # row stride 520: not a vec multiple
+    odd_rows = torch.randn(8, 516, device="cuda").to(torch.bfloat16)[:, :512]  # row stride 516: not a vec multiple
     with pytest.raises(K3UnsupportedError, match=r"x\.stride0 % vec == 0"):
         fam.situ_and_mul(odd_rows, beta, lbeta)
     x32 = x.float()  # another dtype: another variant
