@@ -11,6 +11,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from k3gen.oracles import situ_and_mul as situ_oracle
 from k3gen.runtime import K3UnsupportedError
+from k3gen.runtime import fastpath
 from k3gen.runtime.fastpath import CallCache, FastCall, tensor_key
 
 A = 16
@@ -24,11 +25,16 @@ def test_a_key_changes_with_every_checked_property():
         "dtype": torch.zeros(4, 64, dtype=torch.float16),
         "shape": torch.zeros(4, 32, dtype=torch.bfloat16),
         "strides": torch.zeros(4, 128, dtype=torch.bfloat16)[:, :64],
-        "device": torch.zeros(4, 64, dtype=torch.bfloat16, device="meta"),
         "alignment": torch.zeros(4 * 64 + 1, dtype=torch.bfloat16)[1:].view(4, 64),
     }
     for what, t in others.items():
         assert tensor_key(t, A) != key, what
+
+
+def test_the_device_is_its_index_and_minus_one_off_the_gpu():
+    """Entries are made only by calls the checked path accepted, all on a GPU: a CPU or meta tensor
+    (-1) never finds one, and two GPUs have two indices."""
+    assert tensor_key(torch.zeros(2), A)[3] == -1
 
 
 def test_alignment_is_the_pointer_modulo_the_gates_alignment():
@@ -63,8 +69,16 @@ class _Module:
     def __init__(self):
         self.launched = []
 
-    def launcher(self, device):
-        return lambda key, args_ref: self.launched.append((key, args_ref._obj.x, args_ref._obj.out))
+    def entry_for(self, device):
+        def entry(key, args_ref, stream, index, err, err_len):
+            self.launched.append((key, args_ref._obj.x, args_ref._obj.out))
+            return 0
+        return entry, 0
+
+
+@pytest.fixture
+def no_cuda_stream(monkeypatch):
+    monkeypatch.setattr(fastpath, "_raw_stream", lambda index: 0)
 
 
 def _args():
@@ -75,7 +89,7 @@ def _args():
     return Args(M=4)
 
 
-def test_a_fast_call_allocates_with_the_checked_strides_and_updates_pointers():
+def test_a_fast_call_allocates_with_the_checked_strides_and_updates_pointers(no_cuda_stream):
     module = _Module()
     x, out = torch.zeros(4, 8), torch.empty(8, 4).t()  # the checked path made a column-major output
     call = FastCall(module, 0x12, _args(), (x, out), ("x", "out"), (1,), (x, None))
@@ -88,7 +102,7 @@ def test_a_fast_call_allocates_with_the_checked_strides_and_updates_pointers():
     assert call_given.run((x2, mine))[0] is mine  # a given output is used, never replaced
 
 
-def test_a_fast_call_with_an_empty_output_launches_nothing():
+def test_a_fast_call_with_an_empty_output_launches_nothing(no_cuda_stream):
     module = _Module()
     x, out = torch.zeros(0, 8), torch.empty(0, 4)
     FastCall(module, 1, _args(), (x, out), ("x", "out"), (1,), (x, None)).run((x, None))

@@ -14,6 +14,8 @@ import threading
 
 import torch
 
+from .module import ERR_LEN, raise_launch_error, raw_stream as _raw_stream
+
 _Tensor = torch.Tensor
 _empty_strided = torch.empty_strided
 _MAX_ENTRIES = 1024  # signatures remembered per thread; an engine sees a handful per family
@@ -22,7 +24,7 @@ _MAX_ENTRIES = 1024  # signatures remembered per thread; an engine sees a handfu
 def tensor_key(t, align: int):
     """A tensor's part of the call signature; anything else is its own key (None, a number)."""
     if type(t) is _Tensor:  # subclasses (fake and functional tensors) take the checked path
-        return t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % align
+        return t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() % align  # device: -1 off the GPU
     if isinstance(t, _Tensor):
         raise TypeError("not a plain tensor")  # never cached
     return t
@@ -43,22 +45,25 @@ class CallCache(threading.local):
 
 class FastCall:
     """A checked call, ready to repeat: its switch key, its Args (scalars and strides filled), which
-    Args fields hold which tensor, and the outputs to allocate (shape, strides, dtype, device)."""
+    Args fields hold which tensor, and the outputs to allocate (shape, strides, dtype, device).
+    It belongs to one thread (CallCache), so it owns its Args and its error buffer outright."""
 
-    __slots__ = ("launch", "key", "args", "pointers", "allocate", "returns", "skip")
+    __slots__ = ("entry", "key", "args", "args_ref", "err", "index", "pointers", "allocate", "returns", "skip")
 
     def __init__(self, module, key: int, args, tensors: tuple, pointer_fields: tuple, outputs: tuple,
                  given: tuple):
         """`tensors`: the call's tensors in Args field order after the checked path (outputs
         allocated); `given`: the same as the caller passed them (None where an output was allocated);
         `outputs`: positions of the outputs in `tensors`, in return order."""
-        self.key, self.args = key, args
+        device = tensors[outputs[0]].device
+        self.entry, self.index = module.entry_for(device)
+        self.key, self.args, self.args_ref = key, args, ctypes.byref(args)
+        self.err = ctypes.create_string_buffer(ERR_LEN)
         self.pointers = tuple(zip(pointer_fields, range(len(tensors))))
         self.allocate = tuple((i, tuple(t.shape), t.stride(), t.dtype, t.device)
                               for i, (t, g) in enumerate(zip(tensors, given)) if g is None and i in outputs)
         self.returns = outputs
         self.skip = any(tensors[i].numel() == 0 for i in outputs)
-        self.launch = module.launcher(tensors[outputs[0]].device)
 
     def run(self, tensors: tuple) -> list:
         ts = list(tensors)
@@ -69,5 +74,7 @@ class FastCall:
             t = ts[i]
             setattr(args, field, 0 if t is None else t.data_ptr())
         if not self.skip:
-            self.launch(self.key, ctypes.byref(args))
+            rc = self.entry(self.key, self.args_ref, _raw_stream(self.index), self.index, self.err, ERR_LEN)
+            if rc:
+                raise_launch_error(rc, self.err)
         return [ts[i] for i in self.returns]
