@@ -51,8 +51,8 @@ Word = Annotated[str, _checked(lambda v: grammar.name_problem(v, bare=False))]
 Symbol = Annotated[str, _checked(lambda v: grammar.name_problem(v, grammar.SYMBOL))]
 Text = Annotated[str, _checked(grammar.text_problem)]
 Int32 = Annotated[StrictInt, _checked(grammar.int32_problem)]
-Float32 = Annotated[Union[StrictInt, StrictFloat], _checked(
-    lambda v: None if type(v) is int else grammar.float32_problem(v))]
+Float32 = Annotated[Union[StrictInt, StrictFloat], _checked(lambda v: grammar.float32_problem(float(v)) if abs(v) < 1e300
+                                                             else f"{v} does not fit a C++ float")]
 # An expression of k3gen.exprs; checked against what the spec declares in k3gen.spec_checks.
 ExprSource = Union[StrictInt, str]
 Constant = Annotated[Union[StrictBool, StrictInt, StrictFloat], _checked(

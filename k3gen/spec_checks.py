@@ -10,6 +10,7 @@ import math
 from types import SimpleNamespace
 
 from .bounds import KEY_FIELDS, MAX_FILE_NAME, MAX_VARIANTS
+from . import grammar
 from .dtypes import DTYPES
 from .errors import FieldError
 from .exprs import ExprError, parse_expr
@@ -157,8 +158,15 @@ def _gates(s):
 @rule("signature")
 def _scalar_defaults(s):
     for n, sc in s.signature.scalars.items():
-        if sc.default is not None and sc.type != "f32" and type(sc.default) is not int:
-            yield ("signature", "scalars", n, "default"), f"{sc.default!r} is not an integer; {n} is {sc.type}"
+        where = ("signature", "scalars", n, "default")
+        if sc.default is None or sc.type == "f32":
+            continue  # the model checked f32 defaults: finite, in float range
+        if type(sc.default) is not int:
+            yield where, f"{sc.default!r} is not an integer; {n} is {sc.type}"
+        elif sc.type == "i32" and grammar.int32_problem(sc.default):
+            yield where, f"{grammar.int32_problem(sc.default)}; {n} is i32"
+        elif not -(2**63) <= sc.default < 2**63:
+            yield where, f"{sc.default} does not fit int64_t; {n} is i64"
 
 
 @rule("gates", "tests")

@@ -63,32 +63,62 @@ def parse_yaml(text: str, file: str) -> tuple[LocatedData | None, list[SpecError
 def _refuse_unbounded(loader, file: str) -> SpecError | None:
     """Walk the event stream (no document is built yet) and refuse what could make the document
     unbounded or not plain data: anchors and aliases (an alias bomb expands a few bytes into
-    gigabytes), nesting deeper than MAX_YAML_DEPTH, more than MAX_YAML_NODES nodes, foreign tags."""
-    depth = nodes = 0
+    gigabytes), nesting deeper than MAX_YAML_DEPTH, more than MAX_YAML_NODES nodes, foreign tags.
+    The error names the field where it happens (the path is tracked as events go by)."""
+    frames: list[list] = []  # per open collection: [path, is_mapping, next key or index, expecting a key]
+    nodes = 0
     while True:
         event = loader.get_event()
         if event is None or isinstance(event, yaml.StreamEndEvent):
             return None
+        if isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            frames.pop()
+            _advance(frames)
+            continue
+        if not isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.MappingStartEvent,
+                                  yaml.SequenceStartEvent)):
+            continue
+        is_key = bool(frames) and frames[-1][1] and frames[-1][3]
+        path = _path_of(frames)
         line = event.start_mark.line + 1
+
+        def refuse(message: str) -> SpecError:
+            return SpecError(file, line, "", _dotted(path) if path else "<yaml>", message)
+
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            return SpecError(file, line, "", "<yaml>", "YAML anchors and aliases (&name, *name) are not allowed in "
-                                                       "a spec; write the value out")
+            return refuse("YAML anchors and aliases (&name, *name) are not allowed in a spec; write the value out")
         tag = getattr(event, "tag", None)
         if tag and tag not in PLAIN_TAGS and tag not in ("!", "?"):
-            return SpecError(file, line, "", "<yaml>", f"the tag {ascii(tag)[:80]} is not allowed; remove it and "
-                                                       "write a plain value")
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            depth += 1
-            if depth > MAX_YAML_DEPTH:
-                return SpecError(file, line, "", "<yaml>", f"nesting deeper than {MAX_YAML_DEPTH} levels "
-                                                           "(bounds.MAX_YAML_DEPTH); a spec is shallow")
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            depth -= 1
-        if isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            nodes += 1
-            if nodes > MAX_YAML_NODES:
-                return SpecError(file, line, "", "<yaml>", f"more than {MAX_YAML_NODES} values "
-                                                           "(bounds.MAX_YAML_NODES); a spec is short")
+            return refuse(f"the tag {ascii(tag)[:80]} is not allowed; remove it and write a plain value")
+        nodes += 1
+        if nodes > MAX_YAML_NODES:
+            return refuse(f"more than {MAX_YAML_NODES} values (bounds.MAX_YAML_NODES); a spec is short")
+        if isinstance(event, yaml.ScalarEvent):
+            if is_key:
+                frames[-1][2], frames[-1][3] = event.value, False
+            else:
+                _advance(frames)
+            continue
+        if len(frames) >= MAX_YAML_DEPTH:
+            return refuse(f"nesting deeper than {MAX_YAML_DEPTH} levels (bounds.MAX_YAML_DEPTH); a spec is shallow")
+        frames.append([path, isinstance(event, yaml.MappingStartEvent), 0, True])
+
+
+def _path_of(frames: list[list]) -> tuple:
+    if not frames:
+        return ()
+    path, is_mapping, at, expecting_key = frames[-1]
+    return path if (is_mapping and expecting_key) else path + (at,)
+
+
+def _advance(frames: list[list]) -> None:
+    """A value (scalar or collection) ended: a mapping now expects a key, a list its next item."""
+    if not frames:
+        return
+    if frames[-1][1]:
+        frames[-1][3] = True
+    else:
+        frames[-1][2] += 1
 
 
 def _unreadable(exc: yaml.reader.ReaderError, text: str, file: str) -> SpecError:

@@ -230,7 +230,8 @@ CASES = [
     Case("duplicate key", edit("constants:\n", "template: situ_and_mul  # again\nconstants:\n"), "# again",
          K + f"template): duplicate key 'template' (first at line {line_of(VALID, 'template:')}); keep one"),
     Case("unknown YAML tag", edit("block_threads: 256", "block_threads: !!python/object 256"), "block_threads:",
-         "(<yaml>): the tag 'tag:yaml.org,2002:python/object' is not allowed; remove it and write a plain value"),
+         "(constants.block_threads): the tag 'tag:yaml.org,2002:python/object' is not allowed; remove it and write a "
+         "plain value"),
     Case("empty file", "", 1, "(<yaml>): the file is empty; write a mapping starting with `kernel: NAME`"),
     Case("only comments", "# a spec, one day\n", "# a spec",
          "(<yaml>): the file is empty; write a mapping starting with `kernel: NAME`"),
