@@ -51,7 +51,7 @@ def load_specs(root: Path, files: list[Path] | None = None) -> list[LoadedSpec]:
     files = sorted(files if files is not None else (root / "specs").glob("*.yaml"))
     loaded, errors, runners = [], [], None
     for f in files:
-        rel = Path(f).resolve().relative_to(root.resolve()).as_posix() if Path(f).is_absolute() else Path(f).as_posix()
+        rel = _relative(Path(f), root)
         text, errs = read_spec(root, Path(f) if Path(f).is_absolute() else root / rel, rel)
         errors += errs
         if text is None:
@@ -69,6 +69,19 @@ def load_specs(root: Path, files: list[Path] | None = None) -> list[LoadedSpec]:
     if errors:
         raise SpecErrors(errors)
     return loaded
+
+
+def _relative(f: Path, root: Path) -> str:
+    """The name errors print: the path below the project, taken lexically (a link is never followed
+    to name it; read_spec refuses links)."""
+    if not f.is_absolute():
+        return f.as_posix()
+    for base in (root, root.resolve()):
+        try:
+            return f.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    return f"specs/{f.name}"
 
 
 def read_spec(root: Path, path: Path, rel: str) -> tuple[str | None, list[SpecError]]:

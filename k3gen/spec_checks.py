@@ -53,11 +53,12 @@ def _bounded_matrix(s):
     call_flags = [f for f, fl in s.flags.items() if fl.archs is None]
     variants = cells * per_cell * 2 ** len(call_flags)
     fields = len(s.dtypes.axes) + len(s.params) + len(call_flags)
+    where = ("flags",) if call_flags else ("params",) if s.params else ("dtypes",)
     if variants > MAX_VARIANTS:
-        yield (), (f"{cells} dtype cells x {per_cell} param combinations x 2^{len(call_flags)} call-time flags = "
+        yield where, (f"{cells} dtype cells x {per_cell} param combinations x 2^{len(call_flags)} call-time flags = "
                    f"{variants} variants; a family has at most {MAX_VARIANTS} (bounds.MAX_VARIANTS): split it")
     elif fields > KEY_FIELDS:
-        yield (), (f"{fields} axes, params and call-time flags; the switch key has {KEY_FIELDS} fields "
+        yield where, (f"{fields} axes, params and call-time flags; the switch key has {KEY_FIELDS} fields "
                    "(bounds.KEY_FIELDS)")
 
 
