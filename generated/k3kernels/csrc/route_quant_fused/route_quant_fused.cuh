@@ -144,6 +144,9 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
                             int64_t row, uint8_t* __restrict__ q, void* __restrict__ scale) {
   static_assert(VEC == 16, "16 elements per thread");
   constexpr int threads_per_group = group_size / VEC;
+  static_assert(group_size % VEC == 0 && (threads_per_group & (threads_per_group - 1)) == 0 &&
+                    threads_per_group <= K3_WARP_SIZE,
+                "a group's threads are a power of two within one warp: the amax shuffles stay inside the group");
   constexpr int per_access = 16 / int(sizeof(T_in));  // elements per 16-byte load
   const int64_t groups = K / group_size;
   const int64_t group = col / group_size;
@@ -197,15 +200,29 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
   if (active) k3::store<uint16_t, VEC / 2>(reinterpret_cast<uint16_t*>(q + row * K + col), codes);
   if constexpr (layout == kScaleUe8m0) {
     // Four consecutive groups share one int32 (group g in byte g % 4); missing tail groups are 0.
-    const uint32_t mine = active ? exponent : 0u;
-    const uint32_t b1 = k3::shfl_down(mine, 1 * threads_per_group);
-    const uint32_t b2 = k3::shfl_down(mine, 2 * threads_per_group);
-    const uint32_t b3 = k3::shfl_down(mine, 3 * threads_per_group);
     const int64_t words = (groups + 3) / 4;
-    if (active && group_leader && group % 4 == 0) {
-      const uint32_t w = mine | (group + 1 < groups ? b1 << 8 : 0u) | (group + 2 < groups ? b2 << 16 : 0u) |
-                         (group + 3 < groups ? b3 << 24 : 0u);
-      static_cast<int32_t*>(scale)[row * words + group / 4] = int32_t(w);
+    if constexpr (4 * threads_per_group <= K3_WARP_SIZE) {
+      // The four groups of a word lie in one warp: their leaders' exponents meet by shuffles and
+      // one thread stores the whole word.
+      const uint32_t mine = active ? exponent : 0u;
+      const uint32_t b1 = k3::shfl_down(mine, 1 * threads_per_group);
+      const uint32_t b2 = k3::shfl_down(mine, 2 * threads_per_group);
+      const uint32_t b3 = k3::shfl_down(mine, 3 * threads_per_group);
+      if (active && group_leader && group % 4 == 0) {
+        const uint32_t w = mine | (group + 1 < groups ? b1 << 8 : 0u) | (group + 2 < groups ? b2 << 16 : 0u) |
+                           (group + 3 < groups ? b3 << 24 : 0u);
+        static_cast<int32_t*>(scale)[row * words + group / 4] = int32_t(w);
+      }
+    } else if (active && group_leader) {
+      // The four groups span more than a warp (group_size 256 under 32-lane warps), where a shuffle
+      // of 2 or 3 groups' distance reaches past the warp and returns the caller's own value. Each
+      // leader stores its own byte (word order is little-endian: byte g of the row's words is group
+      // g), and the last group's leader zeroes the unused tail bytes of its word.
+      uint8_t* row_bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(scale) + row * words);
+      row_bytes[group] = uint8_t(exponent);
+      if (group == groups - 1) {
+        for (int64_t tail = group + 1; tail < 4 * words; ++tail) row_bytes[tail] = 0;
+      }
     }
   } else if (active && group_leader) {
     const int64_t at = layout == kScaleCol ? group * M + row : row * groups + group;
