@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from .errors import FieldError, SpecError, SpecErrors
 from .model import KernelSpec, RunnerTable, _suggest
+from .spec_checks import check_meaning
 from .yaml_lines import LocatedData, parse_yaml
 
 
@@ -58,6 +59,7 @@ def load_specs(root: Path, files: list[Path] | None = None) -> list[LoadedSpec]:
         elif doc is not None:
             loaded.append(doc)
     errors += check_across(loaded, root)
+    errors += check_meaning(loaded, runners, root, complete=not errors)  # limits, oracles, totality, contracts
     if runners is not None:
         errors += attach_runners(runners, loaded)
     if errors:

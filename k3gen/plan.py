@@ -18,6 +18,7 @@ from . import __version__
 from .dtypes import DTYPES
 from .errors import SpecErrors
 from .exprs import Expr, parse_expr
+from .limits import LIMITS_FILE, limits_path, read_limits
 from .load import LoadedSpec
 from .model import KernelSpec
 
@@ -101,6 +102,7 @@ class FamilyPlan:
     key_parts: list[str] = field(default_factory=list)  # names of the switch-key components, in order
     runners: list = field(default_factory=list)  # model.Runner rows of specs/runners.yaml, if this is their front
     runners_file: str = ""
+    limits: object = None  # k3gen.limits.TemplateLimits of the template: static_asserts in launch()
 
     @property
     def name(self) -> str:
@@ -196,7 +198,8 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     runners = ls.runners.table.runners if ls.runners else []
     return FamilyPlan(s, ls.file, _spec_sha(ls), variants, specs, excluded, gates, _arg_fields(s),
                       [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
-                      [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "")
+                      [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "",
+                      read_limits(root, s.template)[0])
 
 
 def _vector_elements(s: KernelSpec, dtypes: dict) -> int:
@@ -226,7 +229,10 @@ def _spec_sha(ls: LoadedSpec) -> str:
 def _templates_sha256(root: Path, template: str) -> str:
     """Hash of every template a family's sources are rendered from, fragments it includes too."""
     h = hashlib.sha256()
-    for name in sorted(_template_closure(root, [*COMMON_TEMPLATES, f"{template}/kernel.cuh.j2"])):
+    names = _template_closure(root, [*COMMON_TEMPLATES, f"{template}/kernel.cuh.j2"])
+    if (root / limits_path(template)).is_file():  # its limits become static_asserts in the kernel
+        names.add(f"{template}/{LIMITS_FILE}")
+    for name in sorted(names):
         h.update(name.encode() + b"\0" + (root / "templates" / name).read_bytes())
     return h.hexdigest()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import jinja2
 
 from .dtypes import DTYPES
+from .limits import cpp_asserts
 from .plan import KEY_BITS, FamilyPlan, Variant
 
 # One kernel header serves both backends: k3_backend.h picks the primitives (warp width, shuffles,
@@ -67,7 +68,7 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     out = {}
     csrc = f"k3kernels/csrc/{p.name}"
     common = dict(spec=p.spec, constants=_cpp_constants(p), key_bits=KEY_BITS,
-                  matrix_text=matrix_text(p), tie_rank=p.tie_rank())
+                  matrix_text=matrix_text(p), tie_rank=p.tie_rank(), limit_asserts=cpp_asserts(p))
     out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
     header = KERNEL_HEADER.format(name=p.name)
     out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **common)

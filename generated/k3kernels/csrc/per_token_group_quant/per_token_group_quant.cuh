@@ -124,6 +124,17 @@ quant_kernel(const T_in* __restrict__ x, int64_t x_stride0, uint8_t* __restrict_
 // groups never straddle warps), rows stacked when a row needs fewer threads than a block holds.
 template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
+  #if K3_CUDA
+  static_assert(std::is_same<T_in, __nv_bfloat16>::value || std::is_same<T_in, __half>::value || std::is_same<T_in, float>::value, "in: templates/per_token_group_quant/limits.yaml:6 allows bf16, fp16, fp32");
+  #else
+  static_assert(std::is_same<T_in, k3_bf16>::value || std::is_same<T_in, __half>::value || std::is_same<T_in, float>::value, "in: templates/per_token_group_quant/limits.yaml:6 allows bf16, fp16, fp32");
+  #endif
+  static_assert((group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256), "group_size: templates/per_token_group_quant/limits.yaml:8 allows 32, 64, 128, 256");
+  static_assert(scale_format == scale_format_fp32_row || scale_format == scale_format_fp32_col || scale_format == scale_format_ue8m0, "scale_format: templates/per_token_group_quant/limits.yaml:11 allows fp32_row, fp32_col, ue8m0");
+  static_assert(block_threads >= 64 && block_threads <= 1024 && block_threads % 64 == 0, "block_threads: templates/per_token_group_quant/limits.yaml:16 allows at least 64; at most 1024; multiples of 64");
+  static_assert((fp8_max == 448.0f), "fp8_max: templates/per_token_group_quant/limits.yaml:21 allows 448.0");
+  static_assert(eps >= 1e-30f && eps <= 1.0f, "eps: templates/per_token_group_quant/limits.yaml:22 allows at least 1e-30; at most 1.0");
+  static_assert((VEC == 16), "vector.elements: templates/per_token_group_quant/limits.yaml:24 allows 16");
   const int64_t threads_per_row = a.K / VEC;
   const int64_t chunks = (threads_per_row + block_threads - 1) / block_threads;
   const int64_t per_chunk = (threads_per_row + chunks - 1) / chunks;

@@ -1,0 +1,35 @@
+"""The load-time checks beyond the model: what a valid spec must also mean, for its template, its
+oracle, its tests and the other specs. k3gen.load calls check_meaning once per run; each check is
+its own module and returns located SpecErrors.
+
+- k3gen.limits: the spec stays within what its template declares it can do.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import SpecError
+from .limits import check_spec, limits_path, read_limits
+
+
+def check_meaning(loaded: list, runners, root: Path, complete: bool) -> list[SpecError]:
+    """`loaded`: k3gen.load.LoadedSpec list; `runners`: the LoadedRunners table or None; `complete`:
+    no spec failed to load (so an absent family is really absent)."""
+    errors: list[SpecError] = []
+    limits_of: dict[str, object] = {}
+    for ls in loaded:
+        template = ls.spec.template
+        if not (Path(root) / "templates" / template / "kernel.cuh.j2").is_file():
+            continue  # k3gen.load names the missing template
+        if template not in limits_of:
+            limits, limit_errors = read_limits(root, template)
+            errors += limit_errors
+            limits_of[template] = limits if not limit_errors else False
+        limits = limits_of[template]
+        if limits is None:
+            errors.append(ls.error(("template",), f"templates/{template}/ declares no limits ({limits_path(template)} "
+                                                  "is missing); list the dtypes, params, flags, constants and vector "
+                                                  "widths the template supports"))
+        elif limits:
+            errors += check_spec(ls, limits)
+    return errors
