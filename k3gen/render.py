@@ -79,7 +79,7 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
         out[f"{csrc}/dispatch.{TU_EXT[backend]}"] = _render(env, "common/dispatch.cu.j2", p, p=p, **ctx)
     host = dict(common, sources={b: kernel_sources(p, b) for b in p.backends},
                 headers={b: kernel_headers(p, b) for b in p.backends}, torch_dtype=_torch_dtype,
-                dims=test_dims(p), call=wrapper_signature(p), variant_keys=variant_keys(p),
+                dims=test_dims(p), call=wrapper_signature(p), variant_keys=variant_keys(p), oracle_spec=oracle_spec(p),
                 tensors=host_tensors(p), dtype_bindings=dtype_bindings(p),
                 outputs=[n for n, t in p.spec.signature.tensors.items() if t.output])
     out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, p=p, **host)
@@ -185,6 +185,14 @@ def variant_keys(p: FamilyPlan) -> list[tuple[str, Variant]]:
         parts += [repr(b) for b in v.flags.values()]
         out.append(("(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")", v))
     return out
+
+
+def oracle_spec(p: FamilyPlan) -> dict:
+    """What the oracle needs of the spec besides a variant's own parameters (k3gen/oracles/vocabulary.py
+    reads the defaults)."""
+    s = p.spec
+    return {"constants": dict(s.constants), "tie_order": s.tie_order,
+            "defaults": {axis: {"from": d.from_, "map": dict(d.map)} for axis, d in s.dtypes.defaults.items()}}
 
 
 def test_dims(p: FamilyPlan) -> list[dict]:

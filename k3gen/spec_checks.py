@@ -2,7 +2,8 @@
 oracle, its tests and the other specs. k3gen.load calls check_meaning once per run; each check is
 its own module and returns located SpecErrors.
 
-- k3gen.limits: the spec stays within what its template declares it can do.
+- k3gen.limits: the spec stays within what its template declares it can do;
+- k3gen.oracle_support: the oracle can check every generated cell.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from .errors import SpecError
 from .limits import check_spec, limits_path, read_limits
+from .oracle_support import check_oracle_support
 
 
 def check_meaning(loaded: list, runners, root: Path, complete: bool) -> list[SpecError]:
@@ -32,4 +34,5 @@ def check_meaning(loaded: list, runners, root: Path, complete: bool) -> list[Spe
                                                   "widths the template supports"))
         elif limits:
             errors += check_spec(ls, limits)
+        errors += check_oracle_support(ls, root)
     return errors

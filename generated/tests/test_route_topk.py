@@ -14,7 +14,7 @@ from k3kernels import route_topk as family
 
 OP = family.route_topk
 # What the oracle needs of the spec besides a variant's own parameters.
-SPEC = {"constants": {'num_experts': 896, 'top_k': 16, 'max_tokens': 1024, 'block_threads': 256}, "tie_order": 'lowest_id'}
+SPEC = {'constants': {'num_experts': 896, 'top_k': 16, 'max_tokens': 1024, 'block_threads': 256}, 'tie_order': 'lowest_id', 'defaults': {}}
 VARIANTS = [dict(v, **SPEC) for v in [
     {'score': 'bf16', 'bias': 'fp32', 'fast_math': False, 'vec': 1},
     {'score': 'bf16', 'bias': 'bf16', 'fast_math': False, 'vec': 1},
