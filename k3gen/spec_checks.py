@@ -3,7 +3,8 @@ oracle, its tests and the other specs. k3gen.load calls check_meaning once per r
 its own module and returns located SpecErrors.
 
 - k3gen.limits: the spec stays within what its template declares it can do;
-- k3gen.oracle_support: the oracle can check every generated cell.
+- k3gen.oracle_support: the oracle can check every generated cell;
+- k3gen.totality: maps over an axis cover every generated value, test shapes pass the gates.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from .errors import SpecError
 from .limits import check_spec, limits_path, read_limits
 from .oracle_support import check_oracle_support
+from .totality import check_totality
 
 
 def check_meaning(loaded: list, runners, root: Path, complete: bool) -> list[SpecError]:
@@ -35,4 +37,5 @@ def check_meaning(loaded: list, runners, root: Path, complete: bool) -> list[Spe
         elif limits:
             errors += check_spec(ls, limits)
         errors += check_oracle_support(ls, root)
+        errors += check_totality(ls)
     return errors
