@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jinja2
 
+from .contracts import DENSE_BF16
 from .dtypes import DTYPES
 from .limits import cpp_asserts
 from .plan import KEY_BITS, FamilyPlan, Variant
@@ -86,7 +87,8 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, **host)
     if p.runners:  # this family is the front of the runner table
         out["k3kernels/runners.py"] = _render(env, "common/runners.py.j2", p, p=p, torch_dtype=_torch_dtype)
-        out["tests/test_runners.py"] = _render(env, "common/test_runners.py.j2", p, p=p, torch_dtype=_torch_dtype)
+        out["tests/test_runners.py"] = _render(env, "common/test_runners.py.j2", p, p=p, torch_dtype=_torch_dtype,
+                                               dense_bf16=DENSE_BF16)
     return out
 
 

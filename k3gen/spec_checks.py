@@ -4,12 +4,14 @@ its own module and returns located SpecErrors.
 
 - k3gen.limits: the spec stays within what its template declares it can do;
 - k3gen.oracle_support: the oracle can check every generated cell;
-- k3gen.totality: maps over an axis cover every generated value, test shapes pass the gates.
+- k3gen.totality: maps over an axis cover every generated value, test shapes pass the gates;
+- k3gen.contracts: runners and the dense-bf16 contract hold on generated cells.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from .contracts import check_contracts
 from .errors import SpecError
 from .limits import check_spec, limits_path, read_limits
 from .oracle_support import check_oracle_support
@@ -38,4 +40,6 @@ def check_meaning(loaded: list, runners, root: Path, complete: bool) -> list[Spe
             errors += check_spec(ls, limits)
         errors += check_oracle_support(ls, root)
         errors += check_totality(ls)
+    if runners is not None:
+        errors += check_contracts(runners, loaded, complete)
     return errors
