@@ -19,10 +19,11 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, DTYPES[name].torch)
 
 
-def default_dtype(variant: dict, axis: str) -> str:
-    """The dtype the wrapper picks for `axis` when the caller leaves it out (the spec's dtypes.defaults)."""
+def default_dtype(variant: dict, axis: str) -> str | None:
+    """The dtype the wrapper picks for `axis` when the caller leaves it out (the spec's dtypes.defaults);
+    None where there is none (a value only on excluded cells, which the generated tests also call)."""
     rule = variant["defaults"][axis]
-    return rule["map"][variant[rule["from"]]]
+    return rule["map"].get(variant[rule["from"]])
 
 
 def tolerance(name: str, ulps: int = 1, math_rtol: float = 0.0, math_atol: float = 0.0) -> dict:
