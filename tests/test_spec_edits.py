@@ -91,6 +91,26 @@ def test_compile_the_units_a_valid_edit_adds(edit, tmp_path, capsys):
         assert done.returncode == 0, f"{unit} [{edit.arch}]:\n{done.stdout}{done.stderr}"
 
 
+def test_the_gpu_half_prepares_copies_that_run_with_torch_alone(tmp_path):
+    """tests/spec_edits_gpu.py here, then the copied runner with k3gen's build dependencies made
+    unimportable: the prepared copies need torch and pytest only (GPU tests skip on this machine)."""
+    from spec_edits_gpu import prepare
+
+    out = tmp_path / "spec_edits"
+    assert prepare(out, ["situ_drop_sm_100a"]) == ["situ_drop_sm_100a"]
+    blocked = tmp_path / "blocked"
+    for name in ("pydantic", "jinja2", "yaml"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is not on the GPU machine')\n")
+    env = dict(os.environ, PYTHONPATH=str(blocked))
+    done = subprocess.run([sys.executable, str(out / "run.py"), "--json", str(tmp_path / "r.json")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = done.stdout.splitlines()[0]
+    assert re.match(r"PASS situ_drop_sm_100a +situ_and_mul +passed=\d+ failed=0 errors=0 skipped=\d+ rc=0", line), line
+    assert done.stdout.splitlines()[1].startswith("1/1 edits pass: passed=")
+
+
 # --- the hand-written tests follow the bundled specs as they grow ----------------------------------------
 
 HAND_WRITTEN = ["tests/test_bad_calls.py", "tests/test_runner_table.py", "tests/test_docs.py", "tests/test_golden.py"]
