@@ -6,7 +6,11 @@
 - The dense-bf16 contract (KERNELS.md "Runners"; tested by templates/common/test_runners.py.j2):
   bf16 of the fp32 MoE front equals the bf16 front bit for bit. The front's activation is
   situ_and_mul on the fp32 GEMM output, so it must generate fp32 -> fp32 and fp32 -> bf16, and an
-  fp32 input must default to the bf16 output. Both files and lines are named.
+  fp32 input must default to the bf16 output.
+- route_quant_fused is bit-identical to route_topk and per_token_group_quant run separately
+  (KERNELS.md §4), and its case matches_separate calls them: for each generated (score, act), they
+  must generate (score, fp32 bias) and (in=act, the fused group_size, ue8m0 scales).
+Both files and lines are named.
 """
 from __future__ import annotations
 
@@ -30,11 +34,79 @@ CONTRACT = (f"KERNELS.md \"Runners\": bf16 of the fp32 front equals the bf16 fro
             "generates fp32 -> fp32 and fp32 -> bf16 and defaults fp32 input to bf16")
 
 
+@dataclass(frozen=True)
+class Part:
+    """A family the fused one is compared against: its cell and params, from the fused cell/constants."""
+
+    family: str
+    cell: tuple  # (its axis, ("axis", fused axis) or ("dtype", fixed dtype))
+    params: tuple = ()  # (its param, ("constant", fused constant) or ("value", fixed value))
+
+
+@dataclass(frozen=True)
+class SeparateContract:
+    family: str
+    case: str  # the oracle case that runs the parts and compares
+    parts: tuple
+
+
+FUSED_SEPARATE = SeparateContract("route_quant_fused", "matches_separate", (
+    Part("route_topk", (("score", ("axis", "score")), ("bias", ("dtype", "fp32")))),
+    Part("per_token_group_quant", (("in", ("axis", "act")),),
+         (("group_size", ("constant", "group_size")), ("scale_format", ("value", "ue8m0"))))))
+SEPARATE = "KERNELS.md §4: bit-identical to route_topk and per_token_group_quant run separately"
+
+
 def check_contracts(runners, loaded: list, complete: bool) -> list[SpecError]:
-    """`runners` is k3gen.load.LoadedRunners; `complete` says every spec file loaded, so a family
-    that is absent is really absent (not a spec that failed to parse)."""
+    """`runners` is k3gen.load.LoadedRunners or None; `complete` says every spec file loaded, so a
+    family that is absent is really absent (not a spec that failed to parse)."""
     families = {ls.spec.kernel: ls for ls in loaded}
-    return [*_runner_cells(runners, families.get(runners.table.front)), *_dense_bf16(runners, families, complete)]
+    errors = _matches_separate(FUSED_SEPARATE, families, complete)
+    if runners is not None:
+        errors += [*_runner_cells(runners, families.get(runners.table.front)),
+                   *_dense_bf16(runners, families, complete)]
+    return errors
+
+
+def _matches_separate(c: SeparateContract, families: dict, complete: bool) -> list[SpecError]:
+    fused = families.get(c.family)
+    if fused is None or c.case not in fused.spec.tests.cases:
+        return []
+    case_at = ("tests", "cases", fused.spec.tests.cases.index(c.case))
+    axes = list(fused.spec.dtypes.axes)
+    cells = [dict(zip(axes, cell)) for cell in fused.spec.dtypes.generated_cells()]
+    errors = []
+    for part in c.parts:
+        other = families.get(part.family)
+        if other is None:
+            if complete:
+                errors.append(fused.error(case_at, f"case {c.case} compares against {part.family}, which no spec "
+                                                   f"defines ({SEPARATE}); add it, or drop the case"))
+            continue
+        theirs = list(other.spec.dtypes.axes)
+        generated = [dict(zip(theirs, cell)) for cell in other.spec.dtypes.generated_cells()]
+        axes_at = f"{other.file}:{other.located.line_of(('dtypes', 'axes'))}"
+        missing = {}
+        for cell in cells:
+            want = {axis: cell[src] if how == "axis" else src for axis, (how, src) in part.cell}
+            if not any(all(g.get(a) == v for a, v in want.items()) for g in generated):
+                missing.setdefault(tuple(want.items()), cell)
+        for want, cell in missing.items():
+            axis, src = next((a, s) for a, (how, s) in part.cell if how == "axis")
+            path = ("dtypes", "axes", src, fused.spec.dtypes.axes[src].index(cell[src]))
+            shown = f"({', '.join(a for a, _ in want)}) = ({', '.join(v for _, v in want)})"
+            errors.append(fused.error(path, (
+                f"{src}={cell[src]} is generated here, but {part.family} does not generate {shown} ({axes_at}), "
+                f"which case {c.case} compares against ({SEPARATE}); generate it there, or drop the case")))
+        for param, (how, src) in part.params:
+            value = fused.spec.constants.get(src) if how == "constant" else src
+            values = other.spec.params[param].values if param in other.spec.params else []
+            if value not in values:
+                at = f"{other.file}:{other.located.line_of(('params', param))}"
+                errors.append(fused.error(("constants", src) if how == "constant" else case_at, (
+                    f"{part.family} does not generate {param}={value} ({at}: {', '.join(map(str, values)) or 'none'}), "
+                    f"which case {c.case} calls ({SEPARATE}); add it there, or drop the case")))
+    return errors
 
 
 def _runner_cells(runners, front) -> list[SpecError]:

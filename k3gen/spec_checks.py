@@ -5,7 +5,8 @@ its own module and returns located SpecErrors.
 - k3gen.limits: the spec stays within what its template declares it can do;
 - k3gen.oracle_support: the oracle can check every generated cell;
 - k3gen.totality: maps over an axis cover every generated value, test shapes pass the gates;
-- k3gen.contracts: runners and the dense-bf16 contract hold on generated cells.
+- k3gen.contracts: runners, the dense-bf16 and the fused-equals-separate contracts hold on
+  generated cells.
 """
 from __future__ import annotations
 
@@ -40,6 +41,5 @@ def check_meaning(loaded: list, runners, root: Path, complete: bool) -> list[Spe
             errors += check_spec(ls, limits)
         errors += check_oracle_support(ls, root)
         errors += check_totality(ls)
-    if runners is not None:
-        errors += check_contracts(runners, loaded, complete)
+    errors += check_contracts(runners, loaded, complete)
     return errors

@@ -132,6 +132,7 @@ LIMITS = "templates/{}/limits.yaml".format
 Q, S, T, F = (f'(kernel "{n}", ' for n in ("per_token_group_quant", "situ_and_mul", "route_topk",
                                             "route_quant_fused"))
 BEYOND = "stay within it, or extend the template and its limits"
+SEPARATE = "KERNELS.md §4: bit-identical to route_topk and per_token_group_quant run separately"
 
 EDITS = [
     # --- per_token_group_quant: a new param value -----------------------------------------------------
@@ -156,25 +157,29 @@ EDITS = [
          errors=(Expected(QUANT, "values: [32, 64, 128, 512]",
                           Q + "params.group_size.values.3): group_size 512 is beyond what "
                               "templates/per_token_group_quant/ supports: "
-                              "<<templates/per_token_group_quant/limits.yaml|group_size:>> allows 32, 64, 128, 256 (group_size / 16 threads reduce a group's amax "
+                              "<<templates/per_token_group_quant/limits.yaml|group_size:>> allows 32, 64, 128, 256 "
+                              "(group_size / 16 threads reduce a group's amax "
                               "with shuffles inside one warp, and the oracle's edge cases use K = 256); " + BEYOND),)),
     Edit("quant_fp8_input", "quantize fp8 input", "per_token_group_quant",
          (Replace(QUANT, "in: [bf16, fp16, fp32]", "in: [bf16, fp16, fp32, fp8]"),),
          errors=(Expected(QUANT, "in: [bf16, fp16, fp32, fp8]",
                           Q + "dtypes.axes.in.3): dtype fp8 on axis 'in' is beyond what "
                               "templates/per_token_group_quant/ supports: "
-                              "<<templates/per_token_group_quant/limits.yaml|  in: {>> allows bf16, fp16, fp32 (16-byte loads converted to fp32; fp8 input is "
+                              "<<templates/per_token_group_quant/limits.yaml|  in: {>> allows bf16, fp16, fp32 "
+                              "(16-byte loads converted to fp32; fp8 input is "
                               "already quantized); " + BEYOND),)),
     Edit("quant_new_scale_format", "a column-major UE8M0 layout, by naming it", "per_token_group_quant",
          (Replace(QUANT, "values: [fp32_row, fp32_col, ue8m0]", "values: [fp32_row, fp32_col, ue8m0, ue8m0_col]"),),
          errors=(Expected(QUANT, "ue8m0_col]",
                           Q + "params.scale_format.values.3): oracle k3gen.oracles.per_token_group_quant cannot "
-                              "check scale_format='ue8m0_col' (<<k3gen/oracles/per_token_group_quant.py|SUPPORTED =>> supports "
+                              "check scale_format='ue8m0_col' (<<k3gen/oracles/per_token_group_quant.py|SUPPORTED "
+                              "=>> supports "
                               "'fp32_row', 'fp32_col', 'ue8m0'); teach the oracle the value first"),
                  Expected(QUANT, "ue8m0_col]",
                           Q + "params.scale_format.values.3): scale_format ue8m0_col is beyond what "
                               "templates/per_token_group_quant/ supports: "
-                              "<<templates/per_token_group_quant/limits.yaml|scale_format:>> allows fp32_row, fp32_col, ue8m0 (the scale layouts of KERNELS.md "
+                              "<<templates/per_token_group_quant/limits.yaml|scale_format:>> allows fp32_row, "
+                              "fp32_col, ue8m0 (the scale layouts of KERNELS.md "
                               "§2); " + BEYOND))),
     # --- situ_and_mul: new dtypes on each axis, archs, vector widths, the runner contract -------------
     Edit("situ_fp8_input", "the README's example: fp8 input, bf16 output", "situ_and_mul",
@@ -194,11 +199,13 @@ EDITS = [
          (Replace(SITU, "out: [bf16, fp16, fp32]", "out: [bf16, fp16, fp32, i32]"),),
          errors=(Expected(SITU, "out: [bf16, fp16, fp32, i32]",
                           S + "dtypes.axes.out.3): dtype i32 on axis 'out' is beyond what templates/situ_and_mul/ "
-                              "supports: <<templates/situ_and_mul/limits.yaml|  out: {>> allows bf16, fp16, fp32, fp8 "
+                              "supports: <<templates/situ_and_mul/limits.yaml|  out: {>> allows bf16, fp16, fp32, "
+                              "fp8 "
                               "(k3::from_float rounds the fp32 result once to each); " + BEYOND),
                  Expected(SITU, "out: [bf16, fp16, fp32, i32]",
                           S + "dtypes.axes.out.3): oracle k3gen.oracles.situ_and_mul cannot check out=i32 "
-                              "(<<k3gen/oracles/situ_and_mul.py|SUPPORTED =>> supports bf16, fp16, fp32, fp8); exclude the cells, "
+                              "(<<k3gen/oracles/situ_and_mul.py|SUPPORTED =>> supports bf16, fp16, fp32, fp8); "
+                              "exclude the cells, "
                               "or teach the oracle the dtype"))),
     Edit("situ_add_sm_120a", "situ_and_mul for the SM120 runners", "situ_and_mul",
          (Replace(SITU, "  cuda: [sm_90a, sm_100a]", "  cuda: [sm_90a, sm_100a, sm_120a]"),
@@ -216,14 +223,16 @@ EDITS = [
          (Replace(SITU, "vector: {bytes: 16}", "vector: {bytes: 64}"),),
          errors=(Expected(SITU, "vector: {bytes: 64}",
                           S + "vector.bytes): vector.bytes 64 is beyond what templates/situ_and_mul/ supports: "
-                              "<<templates/situ_and_mul/limits.yaml|  bytes:>> allows 16, 32 (one or two 16-byte accesses per "
+                              "<<templates/situ_and_mul/limits.yaml|  bytes:>> allows 16, 32 (one or two 16-byte "
+                              "accesses per "
                               "operand and thread; 32 is the measured fp32->fp32 override, wider spills registers); "
                               + BEYOND),)),
     Edit("situ_exclude_fp32_to_fp32", "drop the fp32 -> fp32 cell", "situ_and_mul",
          (_exclude(SITU, ("fp32", "fp32", "no fp32 outputs")),),
          errors=(Expected(SITU, "no fp32 outputs",
                           S + "dtypes.exclude.5): (in, out) = (fp32, fp32) is not generated (it is excluded here), "
-                              "but the dense-bf16 runners need it (<<specs/runners.yaml|name: marlin|2>>: runner 'marlin' and 4 more; "
+                              "but the dense-bf16 runners need it (<<specs/runners.yaml|name: marlin|2>>: runner "
+                              "'marlin' and 4 more; "
                               f"{CONTRACT}); generate it, or change the runners"),)),
     Edit("situ_removed", "retire situ_and_mul", "situ_and_mul", (Remove(SITU),),
          errors=(Expected(RUNNERS, "name: marlin",
@@ -235,9 +244,12 @@ EDITS = [
          (Replace(TOPK, "score: [bf16, fp32]", "score: [bf16, fp32, fp16]"),
           Replace(TOPK, "bias: [fp32, bf16]", "bias: [fp32, bf16, fp16]"),
           Replace(TOPK, "  exclude:\n", "  exclude:\n"
-                                      '    - {score: fp16, bias: bf16, reason: "the bias is fp32 or the score dtype"}\n'
-                                      '    - {score: bf16, bias: fp16, reason: "the bias is fp32 or the score dtype"}\n'
-                                      '    - {score: fp32, bias: fp16, reason: "the bias is fp32 or the score dtype"}\n')),
+                                      '    - {score: fp16, bias: bf16, reason: "the bias is fp32 or the score '
+                                      'dtype"}\n'
+                                      '    - {score: bf16, bias: fp16, reason: "the bias is fp32 or the score '
+                                      'dtype"}\n'
+                                      '    - {score: fp32, bias: fp16, reason: "the bias is fp32 or the score '
+                                      'dtype"}\n')),
          units=("route_topk__score_fp16__bias_fp32.cu", "route_topk__score_fp16__bias_fp16.cu", "dispatch.cu")),
     Edit("topk_max_tokens_512", "a smaller batch limit", "route_topk",
          (Replace(TOPK, "max_tokens: 1024", "max_tokens: 512"),),
@@ -255,7 +267,8 @@ EDITS = [
              ("kernel: route_topk\n", "kernel: route_topk_k128\n"), ("top_k: 16", "top_k: 128"))),),
          errors=(Expected("specs/route_topk_k128.yaml", "top_k: 128",
                           '(kernel "route_topk_k128", constants.top_k): constant top_k = 128 is beyond what '
-                          "templates/route_topk/ supports: <<templates/route_topk/limits.yaml|top_k:>> allows at least 1; at "
+                          "templates/route_topk/ supports: <<templates/route_topk/limits.yaml|top_k:>> allows at "
+                          "least 1; at "
                           "most 64 (RouteShared holds at most 64 picks per token); " + BEYOND),)),
     Edit("new_family_quant_blocks_128", "a per_token_group_quant instance with 128-thread blocks, bf16/fp32 "
                                         "input and groups of 128 only", "per_token_group_quant_b128",
@@ -269,6 +282,28 @@ EDITS = [
     Edit("fused_fp16_act", "fp16 routed activations", "route_quant_fused",
          (Replace(FUSED, "act: [bf16, fp32]", "act: [bf16, fp32, fp16]"),),
          units=("route_quant_fused__score_bf16__act_fp16.cu", "dispatch.cu")),
+    Edit("fused_fp16_score", "fp16 router scores into the fused front, route_topk left as it is",
+         "route_quant_fused", (Replace(FUSED, "score: [bf16, fp32]", "score: [bf16, fp32, fp16]"),),
+         errors=(Expected(FUSED, "score: [bf16, fp32, fp16]",
+                          F + "dtypes.axes.score.2): score=fp16 is generated here, but route_topk does not generate "
+                              "(score, bias) = (fp16, fp32) (<<specs/route_topk.yaml|  axes:>>), which case "
+                              f"matches_separate compares against ({SEPARATE}); generate it there, or drop the case"),)),
+    Edit("fused_fp16_score_with_topk", "fp16 router scores into the fused front and into route_topk",
+         "route_quant_fused",
+         (Replace(FUSED, "score: [bf16, fp32]", "score: [bf16, fp32, fp16]"),
+          Replace(TOPK, "score: [bf16, fp32]", "score: [bf16, fp32, fp16]"),
+          Replace(TOPK, "  exclude:\n", "  exclude:\n"
+                                      '    - {score: fp16, bias: bf16, reason: "the bias is fp32 or the score dtype"}\n')),
+         units=("route_quant_fused__score_fp16__act_bf16.cu", "dispatch.cu"),
+         notes="its case matches_separate runs route_topk's new fp16 cell beside the fused one"),
+    Edit("fused_group_size_64_not_in_quant", "groups of 64 in the fused front; per_token_group_quant without 64",
+         "route_quant_fused",
+         (Replace(FUSED, "group_size: 32", "group_size: 64"),
+          Replace(QUANT, "values: [32, 64, 128], default: 128", "values: [32, 128], default: 128")),
+         errors=(Expected(FUSED, "group_size: 64",
+                          F + "constants.group_size): per_token_group_quant does not generate group_size=64 "
+                              "(<<specs/per_token_group_quant.yaml|group_size: {values>>: 32, 128), which case "
+                              f"matches_separate calls ({SEPARATE}); add it there, or drop the case"),)),
     Edit("fused_exclude_act_fp32", "drop the fp32 activations", "route_quant_fused",
          (Replace(FUSED, "act: [bf16, fp32]\n", 'act: [bf16, fp32]\n  exclude:\n'
                                                '    - {score: bf16, act: fp32, reason: "bf16 only"}\n'
@@ -283,7 +318,8 @@ EDITS = [
          (Replace(FUSED, "hidden: 3584", "hidden: 3600"),),
          errors=(Expected(FUSED, "hidden: 3600",
                           F + "constants.hidden): `hidden % group_size == 0` does not hold (hidden = 3600, "
-                              "group_size = 32): <<templates/route_quant_fused/limits.yaml|hidden % group_size>> requires it (groups of "
+                              "group_size = 32): <<templates/route_quant_fused/limits.yaml|hidden % group_size>> "
+                              "requires it (groups of "
                               "group_size elements tile a row); change the spec, or extend the template and its "
                               "limits"),)),
     Edit("fused_drop_sm_120a", "no SM120 build of the fused front", "route_quant_fused",
@@ -291,11 +327,13 @@ EDITS = [
           Replace(FUSED, "pdl: {archs: [sm_90a, sm_100a, sm_120a]}", "pdl: {archs: [sm_90a, sm_100a]}")),
          errors=(Expected(RUNNERS, "archs: [sm_120a]",
                           "(runners.4.archs.0): runner 'sm120_cutlass_mxfp4' runs on sm_120a, which is not a target "
-                          "of route_quant_fused (<<specs/route_quant_fused.yaml|targets:>>: sm_90a, sm_100a, gfx942, gfx950); "
+                          "of route_quant_fused (<<specs/route_quant_fused.yaml|targets:>>: sm_90a, sm_100a, "
+                          "gfx942, gfx950); "
                           "add it there or drop it here"),
                  Expected(RUNNERS, "archs: [sm_90a, sm_100a, sm_120a, gfx942, gfx950]",
                           "(runners.5.archs.2): runner 'bf16_forced' runs on sm_120a, which is not a target "
-                          "of route_quant_fused (<<specs/route_quant_fused.yaml|targets:>>: sm_90a, sm_100a, gfx942, gfx950); "
+                          "of route_quant_fused (<<specs/route_quant_fused.yaml|targets:>>: sm_90a, sm_100a, "
+                          "gfx942, gfx950); "
                           "add it there or drop it here"))),
     Edit("runner_gfx950_added", "an AMD runner reading dense bf16", "route_quant_fused",
          (Replace(RUNNERS, '    summary: "any runner forced to bf16 precision"\n',
@@ -304,7 +342,8 @@ EDITS = [
          tests=("generated/tests/test_runners.py",)),
     Edit("runner_removed", "retire the SM100 mxfp4 runner", "route_quant_fused",
          (Replace(RUNNERS, "  - name: sm100_mxfp4\n    archs: [sm_100a]\n    consumes: fp32_strided\n"
-                           '    summary: "Blackwell mxfp4 expert GEMM reading the fp32 slice of the fused GEMM output '
+                           '    summary: "Blackwell mxfp4 expert GEMM reading the fp32 slice of the fused GEMM '
+                           'output '
                            'directly"\n', ""),),
          tests=("generated/tests/test_runners.py",)),
 ]
