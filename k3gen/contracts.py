@@ -41,6 +41,7 @@ class Part:
     family: str
     cell: tuple  # (its axis, ("axis", fused axis) or ("dtype", fixed dtype))
     params: tuple = ()  # (its param, ("constant", fused constant) or ("value", fixed value))
+    same: tuple = ()  # constants (or `tie_order`) that must be equal in both specs
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,11 @@ class SeparateContract:
 
 
 FUSED_SEPARATE = SeparateContract("route_quant_fused", "matches_separate", (
-    Part("route_topk", (("score", ("axis", "score")), ("bias", ("dtype", "fp32")))),
+    Part("route_topk", (("score", ("axis", "score")), ("bias", ("dtype", "fp32"))),
+         same=("num_experts", "top_k", "tie_order")),
     Part("per_token_group_quant", (("in", ("axis", "act")),),
-         (("group_size", ("constant", "group_size")), ("scale_format", ("value", "ue8m0"))))))
+         (("group_size", ("constant", "group_size")), ("scale_format", ("value", "ue8m0"))),
+         same=("fp8_max", "eps"))))
 SEPARATE = "KERNELS.md §4: bit-identical to route_topk and per_token_group_quant run separately"
 
 
@@ -106,7 +109,25 @@ def _matches_separate(c: SeparateContract, families: dict, complete: bool) -> li
                 errors.append(fused.error(("constants", src) if how == "constant" else case_at, (
                     f"{part.family} does not generate {param}={value} ({at}: {', '.join(map(str, values)) or 'none'}), "
                     f"which case {c.case} calls ({SEPARATE}); add it there, or drop the case")))
+        for name in part.same:
+            mine, its = (_setting(ls, name) for ls in (fused, other))
+            if mine != its:
+                path = (name,) if name == "tie_order" else ("constants", name)
+                at = f"{other.file}:{other.located.line_of(path)}"
+                errors.append(fused.error(path, (
+                    f"{name} = {_shown(mine)} here but {_shown(its)} in {part.family} ({at}), which case {c.case} "
+                    f"compares against ({SEPARATE}); make them equal, or drop the case")))
     return errors
+
+
+def _setting(ls, name: str):
+    return ls.spec.tie_order if name == "tie_order" else ls.spec.constants.get(name)
+
+
+def _shown(value) -> str:
+    if isinstance(value, list):
+        return f"a table of {len(value)}"
+    return "undeclared" if value is None else repr(value) if isinstance(value, float) else str(value)
 
 
 def _runner_cells(runners, front) -> list[SpecError]:

@@ -304,6 +304,12 @@ EDITS = [
                           F + "constants.group_size): per_token_group_quant does not generate group_size=64 "
                               "(<<specs/per_token_group_quant.yaml|group_size: {values>>: 32, 128), which case "
                               f"matches_separate calls ({SEPARATE}); add it there, or drop the case"),)),
+    Edit("fused_512_experts", "a 512-expert fused front beside the 896-expert route_topk", "route_quant_fused",
+         (Replace(FUSED, "num_experts: 896", "num_experts: 512"),),
+         errors=(Expected(FUSED, "num_experts: 512",
+                          F + "constants.num_experts): num_experts = 512 here but 896 in route_topk "
+                              "(<<specs/route_topk.yaml|num_experts:>>), which case matches_separate compares "
+                              f"against ({SEPARATE}); make them equal, or drop the case"),)),
     Edit("fused_exclude_act_fp32", "drop the fp32 activations", "route_quant_fused",
          (Replace(FUSED, "act: [bf16, fp32]\n", 'act: [bf16, fp32]\n  exclude:\n'
                                                '    - {score: bf16, act: fp32, reason: "bf16 only"}\n'
