@@ -3,7 +3,7 @@
 Needs python, torch, pytest, ninja and nvcc: no k3gen build dependencies. Copied to
 build/spec_edits/run.py; run from anywhere:
 
-    python build/spec_edits/run.py [EDIT ...] [--json FILE] [--timeout SECONDS]
+    python build/spec_edits/run.py [EDIT ...] [--json FILE] [--logs DIR] [--timeout SECONDS]
 
 Each edit's copy is its own project (its own k3kernels package, k3gen runtime and oracles): pytest
 runs in it, in a fresh interpreter, on the edit's generated tests. One line per edit with the counts,
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("edits", nargs="*", help="edit names (default: every prepared edit)")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--logs", type=Path, help="copy each edit's pytest log here, as EDIT.log")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per edit")
     args = parser.parse_args(argv)
     dirs = sorted(d for d in HERE.iterdir() if (d / "EDIT.json").is_file())
@@ -76,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(results) - len(bad)}/{len(results)} edits pass: " + ", ".join(f"{k}={v}" for k, v in total.items()))
     for r in bad:
         print(f"  see {r['log']}")
+    if args.logs:
+        args.logs.mkdir(parents=True, exist_ok=True)
+        for r in results:
+            (args.logs / f"{r['edit']}.log").write_text(Path(r["log"]).read_text())
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")
