@@ -7,17 +7,20 @@ import pytest
 from k3gen.errors import SpecErrors
 from k3gen.load import load_specs
 from k3gen.plan import resolve_all
-from support import ROOT, SPEC_FILE, copy_project
+from support import FROZEN_SPECS, ROOT, SPEC_FILE, copy_frozen_project
 
 FRONT = "specs/route_quant_fused.yaml"
 TABLE = "specs/runners.yaml"
 ACTIVATION = SPEC_FILE  # situ_and_mul: the dense-bf16 contract's family (k3gen/contracts.py)
+FAMILIES = ", ".join(sorted(f.split("/")[1][:-5] for f in FROZEN_SPECS if f != TABLE))
 
 
 @pytest.fixture
 def project(tmp_path):
-    """Frozen copies (tests/data) of the front, its runner table and the dense-bf16 contract's family."""
-    return copy_project(tmp_path / "proj", specs=(FRONT, TABLE, ACTIVATION))
+    """Every frozen spec (tests/data): the front, its runner table, and the families its contracts
+    name (situ_and_mul for dense bf16; route_topk and per_token_group_quant, which the fused front
+    matches)."""
+    return copy_frozen_project(tmp_path / "proj")
 
 
 def _edit(project, rel, old, new):
@@ -69,8 +72,7 @@ def test_arch_outside_the_front_targets_names_both_files(project):
 def test_unknown_front(project):
     _edit(project, TABLE, "front: route_quant_fused", "front: route_quant_fussed")
     assert _errors(project) == [f"{TABLE}:{_line(project, TABLE, 'front:')} (front): 'route_quant_fussed' is not "
-                                "a kernel family (did you mean 'route_quant_fused'?); families: route_quant_fused, "
-                                "situ_and_mul"]
+                                f"a kernel family (did you mean 'route_quant_fused'?); families: {FAMILIES}"]
 
 
 def test_duplicate_runner(project):
