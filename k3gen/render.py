@@ -12,7 +12,7 @@ import jinja2
 
 from .contracts import DENSE_BF16
 from .dtypes import DTYPES
-from .limits import cpp_asserts
+from .limits_cpp import cpp_asserts
 from .plan import KEY_BITS, FamilyPlan, Variant
 
 # One kernel header serves both backends: k3_backend.h picks the primitives (warp width, shuffles,

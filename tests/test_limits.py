@@ -121,7 +121,7 @@ def test_the_vector_kind_of_the_template(project):
 
 
 def test_every_limit_is_a_static_assert_in_the_kernel():
-    from k3gen.limits import cpp_asserts
+    from k3gen.limits_cpp import cpp_asserts
     from k3gen.plan import resolve_all
 
     for p in resolve_all(load_specs(ROOT), ROOT):
