@@ -216,8 +216,9 @@ EDITS = [
          (Replace(SITU, "  cuda: [sm_90a, sm_100a]", "  cuda: [sm_90a]"),
           Replace(SITU, "pdl: {archs: [sm_90a, sm_100a]}", "pdl: {archs: [sm_90a]}"))),
     Edit("situ_vector_32_bytes_fp32", "the measured 32-byte override for fp32 -> fp32", "situ_and_mul",
-         (Replace(SITU, "vector: {bytes: 16} ", "vector:\n  bytes: 16\n  overrides:\n    - {when: {in: fp32, out: "
-                                                "fp32}, bytes: 32, why: \"95% of copy at M=16384 (H200)\"}\n#"),),
+         (Replace(SITU, "vector: {bytes: 16} ", "vector:\n  bytes: 16\n  overrides:\n"
+                                                "    - {when: {in: fp32, out: fp32}, bytes: 32, why: \"95% of copy at "
+                                                "M=16384 (H200)\"}\n  "),),
          units=("situ_and_mul__in_fp32__out_fp32__has_linear_beta_on.cu",)),
     Edit("situ_vector_64_bytes", "64-byte vectors", "situ_and_mul",
          (Replace(SITU, "vector: {bytes: 16}", "vector: {bytes: 64}"),),
