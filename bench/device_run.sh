@@ -11,8 +11,7 @@ export PYTHONPATH=$PWD:$PWD/generated PYTHONUNBUFFERED=1 K3GEN_CACHE_DIR=/tmp/k3
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 if [ "$MODE" = tests ]; then
   for fam in $(python3 -c "import k3kernels; print(' '.join(k3kernels.FAMILIES))"); do
-    for what in "first build" "cached load (new process)"; do
-      python3 - "$fam" "$what" <<'PY' 2>&1 | tee -a "$OUT/build_times.txt"
+    python3 - "$fam" "first build" <<'PY' 2>&1 | tee -a "$OUT/build_times.txt"
 import importlib, sys, time
 import torch
 torch.cuda.init()
@@ -20,7 +19,6 @@ m = importlib.import_module(f"k3kernels.{sys.argv[1]}")
 t = time.perf_counter(); m.build(); dt = time.perf_counter() - t
 print(f"{sys.argv[1]}: {sys.argv[2]} {dt * 1e3:.0f} ms ({len(m.VARIANTS)} variants)")
 PY
-    done
   done
   timeout "${TEST_TIMEOUT:-330}" python3 -m pytest generated/tests tests/test_fastpath.py -p no:cacheprovider -q \
     2>&1 | tee "$OUT/gpu_tests.log" | tail -8

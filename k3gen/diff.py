@@ -429,6 +429,9 @@ def diff_rev(root: Path, rev: str | None = None) -> DiffReport:
                 twin.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(path, twin)
                 borrowed.append(path.relative_to(root / "templates").as_posix())
+        # Oracles are read at load, never rendered: one from before SUPPORTED declarations (a rev
+        # older than k3gen/oracle_support.py) is checked in its work-tree form, which renders nothing else.
+        undeclared = _borrow_undeclared_oracles(root, old_root)
         try:
             old_plans = resolve_all(load_specs(old_root), old_root)
         except SpecErrors as exc:
@@ -439,4 +442,28 @@ def diff_rev(root: Path, rev: str | None = None) -> DiffReport:
             raise DiffError(f"k3gen diff: the templates at {short} do not render with this k3gen: {exc}") from None
     base = f"{rev} ({short})" if how == "rev" and rev != short else f"{how} ({short})" if how != "rev" else short
     notes = [f"templates not at {short}, taken from the work tree: {', '.join(borrowed)}"] if borrowed else []
+    notes += [f"oracles without SUPPORTED at {short}, read from the work tree: {', '.join(undeclared)}"] \
+        if undeclared else []
     return compare(old_plans, new_plans, old_files, new_files, base=base, head="work tree", notes=notes)
+
+
+def _borrow_undeclared_oracles(root: Path, old_root: Path) -> list[str]:
+    """Copy the work tree's oracle over each oracle of old_root that declares no SUPPORTED; their names."""
+    import ast
+    import shutil
+
+    from .oracle_support import read_supported
+
+    borrowed = []
+    for path in sorted((old_root / "k3gen" / "oracles").glob("*.py")):
+        mine = root / "k3gen" / "oracles" / path.name
+        if not mine.is_file():
+            continue
+        try:
+            undeclared = read_supported(ast.parse(path.read_text()))[0] is None
+        except SyntaxError:
+            continue
+        if undeclared and read_supported(ast.parse(mine.read_text()))[0] is not None:
+            shutil.copy(mine, path)
+            borrowed.append(path.stem)
+    return borrowed

@@ -13,6 +13,7 @@ from .bounds import MAX_SPEC_BYTES
 from .errors import FieldError, SpecError, SpecErrors
 from .grammar import IDENT, spec_file_problem
 from .model import KernelSpec, RunnerTable, _suggest
+from .meaning import check_meaning
 from .spec_checks import check_spec
 from .yaml_lines import LocatedData, parse_yaml
 
@@ -64,6 +65,7 @@ def load_specs(root: Path, files: list[Path] | None = None) -> list[LoadedSpec]:
         elif doc is not None:
             loaded.append(doc)
     errors += check_across(loaded, root)
+    errors += check_meaning(loaded, runners, root, complete=not errors)  # limits, oracles, totality, contracts
     if runners is not None:
         errors += attach_runners(runners, loaded)
     if errors:

@@ -20,6 +20,7 @@ from .dtypes import DTYPES
 from .errors import SpecErrors
 from .bounds import KEY_BITS
 from .exprs import Expr, parse_expr
+from .limits import LIMITS_FILE, limits_path, read_limits
 from .load import LoadedSpec
 from .model import KernelSpec
 from .scopes import dim_scope, gate_scope, select_scope, shape_scope
@@ -105,6 +106,7 @@ class FamilyPlan:
     runners_file: str = ""
     dims: list[tuple[str, Expr]] = field(default_factory=list)  # in binding order
     selects: dict[str, Expr] = field(default_factory=dict)  # call-time flag -> its select expression
+    limits: object = None  # k3gen.limits.TemplateLimits of the template: static_asserts in launch()
 
     @property
     def name(self) -> str:
@@ -216,7 +218,7 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     return FamilyPlan(s, ls.file, _spec_sha(ls), variants, specs, excluded, gates, _arg_fields(s),
                       [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
                       [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "",
-                      dims, selects)
+                      dims, selects, read_limits(root, s.template)[0])
 
 
 def _vector_elements(s: KernelSpec, dtypes: dict) -> int:
@@ -246,7 +248,10 @@ def _spec_sha(ls: LoadedSpec) -> str:
 def _templates_sha256(root: Path, template: str) -> str:
     """Hash of every template a family's sources are rendered from, fragments it includes too."""
     h = hashlib.sha256()
-    for name in sorted(_template_closure(root, [*COMMON_TEMPLATES, f"{template}/kernel.cuh.j2"])):
+    names = _template_closure(root, [*COMMON_TEMPLATES, f"{template}/kernel.cuh.j2"])
+    if (root / limits_path(template)).is_file():  # its limits become static_asserts in the kernel
+        names.add(f"{template}/{LIMITS_FILE}")
+    for name in sorted(names):
         h.update(name.encode() + b"\0" + (root / "templates" / name).read_bytes())
     return h.hexdigest()
 

@@ -10,8 +10,10 @@ from pathlib import Path
 import jinja2
 
 from . import escape, routing
-from .dtypes import DTYPES
 from .bounds import KEY_BITS
+from .contracts import DENSE_BF16
+from .dtypes import DTYPES
+from .limits_cpp import cpp_asserts
 from .plan import FamilyPlan, Variant
 
 # One kernel header serves both backends: k3_backend.h picks the primitives (warp width, shuffles,
@@ -77,7 +79,7 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     # still renders for older revs (whose specs give one order for every backend).
     common = dict(spec=p.spec, constants=_cpp_constants(p), key_bits=KEY_BITS,
                   matrix_text=matrix_text(p), routing=resolved, routing_declared=routing.declares_routing(p.spec),
-                  tie_rank=resolved[0].priority if resolved else None)
+                  tie_rank=resolved[0].priority if resolved else None, limit_asserts=cpp_asserts(p))
     out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
     header = KERNEL_HEADER.format(name=p.name)
     out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **common)
@@ -88,7 +90,7 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
         out[f"{csrc}/dispatch.{TU_EXT[backend]}"] = _render(env, "common/dispatch.cu.j2", p, p=p, **ctx)
     host = dict(common, sources={b: kernel_sources(p, b) for b in p.backends},
                 headers={b: kernel_headers(p, b) for b in p.backends}, torch_dtype=_torch_dtype,
-                dims=test_dims(p), call=wrapper_signature(p), variant_keys=variant_keys(p),
+                dims=test_dims(p), call=wrapper_signature(p), variant_keys=variant_keys(p), oracle_spec=oracle_spec(p),
                 tensors=host_tensors(p), dtype_bindings=dtype_bindings(p),
                 outputs=[n for n, t in p.spec.signature.tensors.items() if t.output],
                 pointers=pointer_tensors(p))
@@ -96,7 +98,8 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, **host)
     if p.runners:  # this family is the front of the runner table
         out["k3kernels/runners.py"] = _render(env, "common/runners.py.j2", p, p=p, torch_dtype=_torch_dtype)
-        out["tests/test_runners.py"] = _render(env, "common/test_runners.py.j2", p, p=p, torch_dtype=_torch_dtype)
+        out["tests/test_runners.py"] = _render(env, "common/test_runners.py.j2", p, p=p, torch_dtype=_torch_dtype,
+                                               dense_bf16=DENSE_BF16)
     return out
 
 
@@ -201,6 +204,15 @@ def variant_keys(p: FamilyPlan) -> list[tuple[str, Variant]]:
         parts += [repr(b) for b in v.flags.values()]
         out.append(("(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")", v))
     return out
+
+
+def oracle_spec(p: FamilyPlan) -> dict:
+    """What the oracle needs of the spec besides a variant's own parameters (k3gen/oracles/vocabulary.py
+    reads the defaults)."""
+    s = p.spec
+    order = {"tie_order": s.tie_order} if isinstance(s.tie_order, (str, list)) else {}  # else per backend: ROUTING
+    return {"constants": dict(s.constants), **order,
+            "defaults": {axis: {"from": d.from_, "map": dict(d.map)} for axis, d in s.dtypes.defaults.items()}}
 
 
 def test_dims(p: FamilyPlan) -> list[dict]:

@@ -1,4 +1,4 @@
-"""`k3gen new NAME`: a new family's spec, kernel template and oracle, from templates/scaffold/.
+"""`k3gen new NAME`: a new family's spec, kernel template (with its limits) and oracle, from templates/scaffold/.
 
 The scaffold is a minimal real family (a row copy over bf16/fp32 for sm_90a) that `k3gen build`
 accepts and whose kernel compiles; its oracle's reference() raises NotImplementedError, so the
@@ -19,7 +19,7 @@ SCAFFOLD_DELIMITERS = dict(variable_start_string="[[", variable_end_string="]]",
                            block_end_string="%]", comment_start_string="[#", comment_end_string="#]")
 # (template under templates/scaffold/, file it becomes, relative to the project root)
 FILES = [("spec.yaml.j2", "specs/{name}.yaml"), ("kernel.cuh.j2.j2", "templates/{name}/kernel.cuh.j2"),
-         ("oracle.py.j2", "k3gen/oracles/{name}.py")]
+         ("oracle.py.j2", "k3gen/oracles/{name}.py"), ("limits.yaml.j2", "templates/{name}/limits.yaml")]
 # Names taken by something else: template folders, the csrc/ folder and the package's own attribute.
 RESERVED = {"common", "scaffold", "csrc", "import_module"}
 
@@ -47,7 +47,7 @@ def check_name(root: Path, name: str) -> None:
 
 
 def render_scaffold(root: Path, name: str) -> dict[str, str]:
-    """{path relative to the project: text} of the new family's three files."""
+    """{path relative to the project: text} of the new family's files."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root / "templates" / "scaffold")),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
                              **SCAFFOLD_DELIMITERS)
@@ -55,7 +55,7 @@ def render_scaffold(root: Path, name: str) -> dict[str, str]:
 
 
 def scaffold(root: Path, name: str) -> list[str]:
-    """Write the new family's spec, kernel template and oracle; return their paths (spec, kernel, oracle)."""
+    """Write the new family's files; return their paths (spec, kernel, oracle, the kernel's limits)."""
     root = Path(root)
     check_name(root, name)
     files = render_scaffold(root, name)

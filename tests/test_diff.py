@@ -188,3 +188,20 @@ def test_templates_new_since_rev_are_borrowed_and_said_so(repo: Path):
     assert report.notes == [f"templates not at {short}, taken from the work tree: common/doc.md.j2"]
     assert not report.files_changed and not report.families
     assert f"note: {report.notes[0]}" in format_text(report)
+
+
+def test_a_rev_from_before_limits_and_oracle_declarations(repo: Path):
+    """A rev older than template limits and SUPPORTED still loads: its limits come from the work tree
+    like any new template file, and an oracle without SUPPORTED is read in its work-tree form (oracles
+    are checked, never rendered); the report says both."""
+    oracle = repo / "k3gen/oracles/situ_and_mul.py"
+    current = oracle.read_text()
+    oracle.write_text("\n".join(line for line in current.splitlines() if not line.startswith("SUPPORTED =")) + "\n")
+    git(repo, "rm", "-q", "--cached", "templates/situ_and_mul/limits.yaml")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "before limits")
+    oracle.write_text(current)
+    report = diff_rev(repo, "HEAD")
+    short = git(repo, "rev-parse", "--short", "HEAD").strip()
+    assert report.notes == [f"templates not at {short}, taken from the work tree: situ_and_mul/limits.yaml",
+                            f"oracles without SUPPORTED at {short}, read from the work tree: situ_and_mul"]
+    assert not report.families

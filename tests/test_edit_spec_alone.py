@@ -11,16 +11,13 @@ import pytest
 
 from k3gen.cli import main
 from k3gen.runtime.toolchain import compile_flags
-from support import ROOT
+from support import copy_frozen_project
+
 
 @pytest.fixture
 def project(tmp_path):
-    dest = tmp_path / "proj"
-    shutil.copytree(ROOT / "specs", dest / "specs")
-    shutil.copytree(ROOT / "templates", dest / "templates")
-    shutil.copytree(ROOT / "k3gen" / "oracles", dest / "k3gen" / "oracles",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
+    """Every frozen spec (tests/data): the edits below are text, so they must not follow the bundled specs."""
+    return copy_frozen_project(tmp_path / "proj")
 
 
 def edit(project, spec, old, new):

@@ -12,7 +12,8 @@ import torch
 from k3gen.cli import main
 
 NAME = "my_copy"
-SCAFFOLDED = [f"specs/{NAME}.yaml", f"templates/{NAME}/kernel.cuh.j2", f"k3gen/oracles/{NAME}.py"]
+SCAFFOLDED = [f"specs/{NAME}.yaml", f"templates/{NAME}/kernel.cuh.j2", f"k3gen/oracles/{NAME}.py",
+              f"templates/{NAME}/limits.yaml"]
 
 
 def k3gen(project: Path, *args: str) -> int:

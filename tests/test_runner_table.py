@@ -7,15 +7,20 @@ import pytest
 from k3gen.errors import SpecErrors
 from k3gen.load import load_specs
 from k3gen.plan import resolve_all
-from support import ROOT, copy_project
+from support import FROZEN_SPECS, ROOT, SPEC_FILE, copy_frozen_project
 
 FRONT = "specs/route_quant_fused.yaml"
 TABLE = "specs/runners.yaml"
+ACTIVATION = SPEC_FILE  # situ_and_mul: the dense-bf16 contract's family (k3gen/contracts.py)
+FAMILIES = ", ".join(sorted(f.split("/")[1][:-5] for f in FROZEN_SPECS if f != TABLE))
 
 
 @pytest.fixture
 def project(tmp_path):
-    return copy_project(tmp_path / "proj", specs=(FRONT, TABLE))
+    """Every frozen spec (tests/data): the front, its runner table, and the families its contracts
+    name (situ_and_mul for dense bf16; route_topk and per_token_group_quant, which the fused front
+    matches)."""
+    return copy_frozen_project(tmp_path / "proj")
 
 
 def _edit(project, rel, old, new):
@@ -36,7 +41,7 @@ def _errors(project) -> list[str]:
 
 
 def test_the_table_travels_with_its_front(project):
-    (plan,) = resolve_all(load_specs(project), project)
+    (plan,) = [p for p in resolve_all(load_specs(project), project) if p.runners]
     assert plan.runners_file == TABLE
     assert [r.name for r in plan.runners] == ["sm100_mxfp4", "marlin", "triton", "sm90_cutlass_mxfp4",
                                               "sm120_cutlass_mxfp4", "bf16_forced"]
@@ -67,7 +72,7 @@ def test_arch_outside_the_front_targets_names_both_files(project):
 def test_unknown_front(project):
     _edit(project, TABLE, "front: route_quant_fused", "front: route_quant_fussed")
     assert _errors(project) == [f"{TABLE}:{_line(project, TABLE, 'front:')} (front): 'route_quant_fussed' is not "
-                                "a kernel family (did you mean 'route_quant_fused'?); families: route_quant_fused"]
+                                f"a kernel family (did you mean 'route_quant_fused'?); families: {FAMILIES}"]
 
 
 def test_duplicate_runner(project):
@@ -85,4 +90,82 @@ def test_unknown_key_with_suggestion(project):
 def test_bundled_table_is_valid():
     plans = resolve_all(load_specs(ROOT), ROOT)
     fronts = [p for p in plans if p.runners]
-    assert [p.name for p in fronts] == ["route_quant_fused"]
+    assert len(fronts) == 1 and fronts[0].runners_file == TABLE
+
+
+# --- contracts on generated cells (k3gen/contracts.py) -------------------------------------------------
+
+CONTRACT = ('KERNELS.md "Runners": bf16 of the fp32 front equals the bf16 front, so situ_and_mul generates '
+            "fp32 -> fp32 and fp32 -> bf16 and defaults fp32 input to bf16")
+S = '(kernel "situ_and_mul", '
+
+
+def _dense_runners(project) -> str:
+    return f"{TABLE}:{_line(project, TABLE, 'consumes: dense_bf16')}: runner 'marlin' and 4 more"
+
+
+def _first_line(project, rel, needle) -> int:
+    return next(n for n, line in enumerate((project / rel).read_text().splitlines(), 1) if needle in line)
+
+
+def test_an_activation_dtype_whose_cells_are_all_excluded(project):
+    _edit(project, FRONT, "act: [bf16, fp32]\n", 'act: [bf16, fp32]\n  exclude:\n'
+                                                 '    - {score: bf16, act: fp32, reason: "a"}\n'
+                                                 '    - {score: fp32, act: fp32, reason: "b"}\n')
+    first = _line(project, FRONT, "{score: bf16, act: fp32")
+    assert _errors(project) == [
+        f"{TABLE}:{_line(project, TABLE, 'consumes: fp32_strided')} (runners.0.consumes): runner 'sm100_mxfp4' "
+        "consumes fp32_strided (fp32), but route_quant_fused generates no cell with act=fp32: each is excluded "
+        f"(first at {FRONT}:{first}); generated (score, act): "
+        "(bf16, bf16), (fp32, bf16); keep one of those cells or change the runner"]
+
+
+def test_the_dense_bf16_contract_needs_fp32_to_fp32(project):
+    _edit(project, ACTIVATION, "  defaults:", '    - {in: fp32, out: fp32, reason: "no fp32 outputs"}\n  defaults:')
+    assert _errors(project) == [
+        f"{ACTIVATION}:{_line(project, ACTIVATION, 'no fp32 outputs')} {S}dtypes.exclude.5): (in, out) = (fp32, fp32) "
+        f"is not generated (it is excluded here), but the dense-bf16 runners need it ({_dense_runners(project)}; "
+        f"{CONTRACT}); generate it, or change the runners"]
+
+
+def test_the_dense_bf16_contract_needs_fp32_inputs_on_the_bf16_front(project):
+    _edit(project, ACTIVATION, "in: [bf16, fp16, fp32]", "in: [bf16, fp16]")
+    _edit(project, ACTIVATION, '    - {in: fp32, out: fp16, reason: "fp32 GEMM outputs feed bf16 runners; fp16 is '
+                               'not a runner dtype"}\n', "")
+    _edit(project, ACTIVATION, ", fp32: bf16}}", "}}")
+    at = f"{ACTIVATION}:{_line(project, ACTIVATION, 'in: [bf16, fp16]')} {S}dtypes.axes.in)"
+    assert _errors(project) == [
+        f"{at}: (in, out) = (fp32, {out}) is not generated (fp32 is not on axis 'in'), but the dense-bf16 runners "
+        f"need it ({_dense_runners(project)}; {CONTRACT}); generate it, or change the runners"
+        for out in ("bf16", "fp32")]  # sorted, as SpecErrors reports them
+
+
+def test_the_dense_bf16_contract_reads_the_default_output(project):
+    _edit(project, ACTIVATION, "fp32: bf16}}", "fp32: fp32}}")
+    assert _errors(project) == [
+        f"{ACTIVATION}:{_line(project, ACTIVATION, 'fp32: fp32}}')} {S}dtypes.defaults.out.map.fp32): in=fp32 "
+        f"defaults to out=fp32, but the dense-bf16 runners need bf16 ({_dense_runners(project)}; {CONTRACT}); "
+        "map fp32: bf16"]
+
+
+def test_the_dense_bf16_contract_needs_one_fp32_math(project):
+    """fp32 -> bf16 fast but fp32 -> fp32 accurate: bf16 of the one is not the other, bit for bit."""
+    _edit(project, ACTIVATION, "when: {in: [bf16, fp16]}", "when: {out: [bf16, fp16]}")
+    assert _errors(project) == [
+        f"{ACTIVATION}:{_line(project, ACTIVATION, 'when: {out:')} {S}fast_math.when): fast_math makes (in, out) = "
+        "(fp32, bf16) approximate but (fp32, fp32) accurate, while the dense-bf16 runners need both to compute one "
+        f"fp32 value ({_dense_runners(project)}; {CONTRACT}); keep them both off (or both on) fast_math"]
+
+
+def test_the_dense_bf16_contract_needs_its_family(project):
+    (project / ACTIVATION).unlink()
+    assert _errors(project) == [
+        f"{TABLE}:{_line(project, TABLE, 'consumes: dense_bf16')} (runners.1.consumes): runner 'marlin' and 4 more "
+        f"consume dense_bf16, and that contract needs situ_and_mul ({CONTRACT}); no spec defines kernel "
+        "situ_and_mul: add it, or change the runners"]
+
+
+def test_a_family_that_failed_to_load_is_not_called_absent(project):
+    _edit(project, ACTIVATION, "summary:", "sumary:")
+    errors = _errors(project)
+    assert len(errors) == 1 and "(kernel \"situ_and_mul\", sumary): unknown key 'sumary'" in errors[0]

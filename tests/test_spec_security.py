@@ -51,7 +51,9 @@ RUNNERS = "runners.yaml"
 KINDS = {  # the projects cases start from: which specs the copy holds
     "sam": ("specs/situ_and_mul.yaml",),
     "ptgq": ("specs/per_token_group_quant.yaml",),
-    "front": ("specs/route_quant_fused.yaml", "specs/runners.yaml"),
+    # the front and what its contracts name (k3gen/contracts.py): the separate parts and situ_and_mul
+    "front": ("specs/route_quant_fused.yaml", "specs/runners.yaml", "specs/route_topk.yaml",
+              "specs/per_token_group_quant.yaml", "specs/situ_and_mul.yaml"),
 }
 SPEC_COMMANDS = ("validate", "build", "check", "list", "diff")
 IN_PROCESS_S = 2.0  # every hostile case answers within this (issue 9)

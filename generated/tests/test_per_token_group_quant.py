@@ -14,7 +14,7 @@ from k3kernels import per_token_group_quant as family
 
 OP = family.per_token_group_quant
 # What the oracle needs of the spec besides a variant's own parameters.
-SPEC = {"constants": {'block_threads': 256, 'fp8_max': 448.0, 'eps': 1e-10}, "tie_order": 'lowest_id'}
+SPEC = {'constants': {'block_threads': 256, 'fp8_max': 448.0, 'eps': 1e-10}, 'tie_order': 'lowest_id', 'defaults': {}}
 VARIANTS = [dict(v, **SPEC) for v in [
     {'in': 'bf16', 'group_size': 32, 'scale_format': 'fp32_row', 'fuse_silu_and_mul': False, 'fast_math': True, 'vec': 16},
     {'in': 'bf16', 'group_size': 32, 'scale_format': 'fp32_row', 'fuse_silu_and_mul': True, 'fast_math': True, 'vec': 16},

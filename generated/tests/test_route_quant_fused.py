@@ -20,7 +20,7 @@ ROUTING = {
 }
 BACKEND = "hip" if torch.version.hip else "cuda"
 # What the oracle needs of the spec besides a variant's own parameters.
-SPEC = {"constants": {'num_experts': 896, 'top_k': 16, 'max_tokens': 1024, 'hidden': 3584, 'group_size': 32, 'block_threads': 256, 'fp8_max': 448.0, 'eps': 1e-10}, **ROUTING.get(BACKEND, {})}
+SPEC = {**{'constants': {'num_experts': 896, 'top_k': 16, 'max_tokens': 1024, 'hidden': 3584, 'group_size': 32, 'block_threads': 256, 'fp8_max': 448.0, 'eps': 1e-10}, 'defaults': {}}, **ROUTING.get(BACKEND, {})}
 VARIANTS = [dict(v, **SPEC) for v in [
     {'score': 'bf16', 'act': 'bf16', 'fast_math': False, 'vec': 16},
     {'score': 'bf16', 'act': 'fp32', 'fast_math': False, 'vec': 16},

@@ -20,7 +20,7 @@ ROUTING = {
 }
 BACKEND = "hip" if torch.version.hip else "cuda"
 # What the oracle needs of the spec besides a variant's own parameters.
-SPEC = {"constants": {'num_experts': 896, 'top_k': 16, 'max_tokens': 1024, 'block_threads': 256}, **ROUTING.get(BACKEND, {})}
+SPEC = {**{'constants': {'num_experts': 896, 'top_k': 16, 'max_tokens': 1024, 'block_threads': 256}, 'defaults': {}}, **ROUTING.get(BACKEND, {})}
 VARIANTS = [dict(v, **SPEC) for v in [
     {'score': 'bf16', 'bias': 'fp32', 'fast_math': False, 'vec': 1},
     {'score': 'bf16', 'bias': 'bf16', 'fast_math': False, 'vec': 1},

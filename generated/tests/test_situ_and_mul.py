@@ -14,7 +14,7 @@ from k3kernels import situ_and_mul as family
 
 OP = family.situ_and_mul
 # What the oracle needs of the spec besides a variant's own parameters.
-SPEC = {"constants": {'block_threads': 256}, "tie_order": 'lowest_id'}
+SPEC = {'constants': {'block_threads': 256}, 'tie_order': 'lowest_id', 'defaults': {'out': {'from': 'in', 'map': {'bf16': 'bf16', 'fp16': 'fp16', 'fp32': 'bf16'}}}}
 VARIANTS = [dict(v, **SPEC) for v in [
     {'in': 'bf16', 'out': 'bf16', 'has_linear_beta': False, 'fast_math': True, 'vec': 8},
     {'in': 'bf16', 'out': 'bf16', 'has_linear_beta': True, 'fast_math': True, 'vec': 8},

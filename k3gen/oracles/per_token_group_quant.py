@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import torch
 
+from k3gen.oracles.vocabulary import torch_dtype
 from k3gen.runtime import K3UnsupportedError
 
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# What this oracle can check, read by k3gen at load without importing it (k3gen/oracle_support.py):
+# "float" is every float dtype of k3gen.dtypes, so a new one on an axis needs no edit here.
+SUPPORTED = {"dtypes": {"in": "float"}, "params": {"scale_format": ["fp32_row", "fp32_col", "ue8m0"]}}
 FP8_MAX = 448.0
 EPS = 1e-10
 
@@ -58,7 +61,7 @@ def make_args(variant: dict, dims: dict, layout: str, seed: int, device: str = "
     pad = 64 if layout == "strided" else 0
     # Per-row magnitudes spread over decades so scales differ between groups.
     mag = torch.exp2(torch.randint(-12, 12, (m, 1), generator=gen).float())
-    wide = (torch.randn(m, width + pad, generator=gen) * mag).to(TORCH[variant["in"]]).to(device)
+    wide = (torch.randn(m, width + pad, generator=gen) * mag).to(torch_dtype(variant["in"])).to(device)
     x = wide[:, pad:] if pad else wide
     return {"x": x, "group_size": variant["group_size"], "scale_format": variant["scale_format"],
             "fuse_silu_and_mul": variant["fuse_silu_and_mul"]}

@@ -6,8 +6,11 @@ import torch
 
 from k3gen.oracles import per_token_group_quant as quant
 from k3gen.oracles import route_topk as routing
+from k3gen.oracles.vocabulary import torch_dtype
 
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# What this oracle can check, read by k3gen at load without importing it (k3gen/oracle_support.py):
+# "float" is every float dtype of k3gen.dtypes, so a new one on an axis needs no edit here.
+SUPPORTED = {"dtypes": {"score": "float", "act": "float"}}
 
 
 def _quant_variant(variant: dict) -> dict:
@@ -33,7 +36,7 @@ def make_args(variant: dict, dims: dict, layout: str, seed: int, device: str = "
     c = variant["constants"]
     gen = torch.Generator(device="cpu").manual_seed(seed + 1)
     pad = 64 if layout == "strided" else 0
-    wide = torch.randn(dims["M"], c["hidden"] + pad, generator=gen).to(TORCH[variant["act"]]).to(device)
+    wide = torch.randn(dims["M"], c["hidden"] + pad, generator=gen).to(torch_dtype(variant["act"])).to(device)
     args["x"] = wide[:, pad:] if pad else wide
     return args
 

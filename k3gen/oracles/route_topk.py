@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import torch
 
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+from k3gen.oracles.vocabulary import torch_dtype
+
+# What this oracle can check, read by k3gen at load without importing it (k3gen/oracle_support.py):
+# "float" is every float dtype of k3gen.dtypes, so a new one on an axis needs no edit here.
+SUPPORTED = {"dtypes": {"score": "float", "bias": "float"}}
 
 # aiter's wave64 traversal (issue 15): lane -> rank, experts 4 to a group. Copied on purpose.
 AITER_LANE_RANK = [56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48, 40, 41, 42, 43, 47, 46, 45, 44,
@@ -106,8 +110,8 @@ def make_args(variant: dict, dims: dict, layout: str, seed: int, device: str = "
     m, e = dims["M"], c["num_experts"]
     gen = torch.Generator(device="cpu").manual_seed(seed)
     pad = 32 if layout == "strided" else 0
-    wide = (torch.randn(m, e + pad, generator=gen) * 3).to(TORCH[variant["score"]]).to(device)
-    bias = (torch.randn(e, generator=gen) * 0.1).to(TORCH[variant["bias"]]).to(device)
+    wide = (torch.randn(m, e + pad, generator=gen) * 3).to(torch_dtype(variant["score"])).to(device)
+    bias = (torch.randn(e, generator=gen) * 0.1).to(torch_dtype(variant["bias"])).to(device)
     return {"scores": wide[:, pad:] if pad else wide, "bias": bias, "topk": c["top_k"], "renormalize": 1,
             "routed_scaling_factor": 2.5}
 

@@ -3,10 +3,15 @@ from __future__ import annotations
 
 import torch
 
+from k3gen.oracles.vocabulary import default_dtype, tolerance, torch_dtype
 from k3gen.runtime import K3UnsupportedError
 
+# What this oracle can check, read by k3gen at load without importing it (k3gen/oracle_support.py):
+# "float" is every float dtype of k3gen.dtypes, so a new one on either axis needs no edit here.
+SUPPORTED = {"dtypes": {"in": "float", "out": "float"}}
 BETA, LINEAR_BETA = 4.0, 25.0
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# The accurate fp32 path's distance from torch's fp32 math (a few fp32 ulps, and near zero).
+MATH_RTOL, MATH_ATOL = 2e-5, 1e-5
 
 
 def reference(variant: dict, x, beta, linear_beta=None, out=None):
@@ -15,7 +20,7 @@ def reference(variant: dict, x, beta, linear_beta=None, out=None):
     g, u = xf[:, :d], xf[:, d:]
     gate = beta * torch.tanh(g / beta) * torch.sigmoid(g)
     up = linear_beta * torch.tanh(u / linear_beta) if linear_beta is not None else u
-    return (gate * up).to(TORCH[variant["out"]])
+    return (gate * up).to(torch_dtype(variant["out"]))
 
 
 def make_args(variant: dict, dims: dict, layout: str, seed: int, device: str = "cuda") -> dict:
@@ -23,25 +28,23 @@ def make_args(variant: dict, dims: dict, layout: str, seed: int, device: str = "
     m, d = dims["M"], dims["D"]
     gen = torch.Generator(device="cpu").manual_seed(seed)
     pad = 64 if layout == "strided" else 0  # a multiple of every vector width keeps rows aligned
-    wide = (torch.randn(m, 2 * d + pad, generator=gen) * 6).to(TORCH[variant["in"]]).to(device)
+    wide = (torch.randn(m, 2 * d + pad, generator=gen) * 6).to(torch_dtype(variant["in"])).to(device)
     x = wide[:, pad:] if pad else wide
-    out = None if variant["out"] == _default_out(variant["in"]) else torch.empty(m, d, dtype=TORCH[variant["out"]],
-                                                                                   device=device)
+    out = None if _is_default_out(variant) else torch.empty(m, d, dtype=torch_dtype(variant["out"]), device=device)
     return {"x": x, "beta": BETA, "linear_beta": LINEAR_BETA if variant["has_linear_beta"] else None, "out": out}
 
 
-def _default_out(dtype_in: str) -> str:
-    return {"bf16": "bf16", "fp16": "fp16", "fp32": "bf16"}[dtype_in]
+def _is_default_out(variant: dict) -> bool:
+    """Whether the wrapper picks this cell's output dtype by itself (the spec's dtypes.defaults)."""
+    return variant["out"] == default_dtype(variant, "out")
 
 
 def check(got, want, variant: dict) -> None:
-    """Fast-math variants (half outputs) may be one output ulp off; fp32 output to a few fp32 ulps."""
+    """One output ulp off at most (fast-math tanh, or the rounding of a value a few fp32 ulps away);
+    wide outputs within the accurate path's fp32 error."""
     assert got.dtype == want.dtype and got.shape == want.shape
-    if variant["out"] == "fp32":
-        torch.testing.assert_close(got, want, rtol=2e-5, atol=1e-6)
-    else:
-        ulp = {"bf16": 2.0 ** -7, "fp16": 2.0 ** -10}[variant["out"]]
-        torch.testing.assert_close(got.float(), want.float(), rtol=ulp, atol=1e-5)
+    torch.testing.assert_close(got.float(), want.float(),
+                               **tolerance(variant["out"], ulps=1, math_rtol=MATH_RTOL, math_atol=MATH_ATOL))
 
 
 def case_empty(op, variant):
@@ -66,7 +69,7 @@ def case_no_linear_beta(op, variant):
     """Without linear_beta, up passes through: the result equals the oracle with linear_beta=None."""
     args = make_args(variant, {"M": 16, "D": 512}, "dense", 3)
     args["linear_beta"] = None
-    args["out"] = None if variant["out"] == _default_out(variant["in"]) else args["out"]
+    args["out"] = None if _is_default_out(variant) else args["out"]
     got = op(**args)
     check(got, reference(dict(variant, has_linear_beta=False), **args), variant)
 
@@ -74,7 +77,7 @@ def case_no_linear_beta(op, variant):
 def case_out_given(op, variant):
     """A caller's out= is written in full (poisoned with NaN first) and returned."""
     args = make_args(variant, {"M": 33, "D": 1024}, "strided", 4)
-    out = torch.full((33, 1024), float("nan"), dtype=TORCH[variant["out"]], device="cuda")
+    out = torch.full((33, 1024), float("nan"), dtype=torch_dtype(variant["out"]), device="cuda")
     args["out"] = out
     got = op(**args)
     assert got.data_ptr() == out.data_ptr()

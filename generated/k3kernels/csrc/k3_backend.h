@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <type_traits>  // std::is_same: the dtype limits' static_asserts (k3gen.limits)
+
 #if defined(__HIP__) || defined(__HIPCC__)
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>

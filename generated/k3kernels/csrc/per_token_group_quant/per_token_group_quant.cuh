@@ -17,6 +17,9 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
                             int64_t row, uint8_t* __restrict__ q, void* __restrict__ scale) {
   static_assert(VEC == 16, "16 elements per thread");
   constexpr int threads_per_group = group_size / VEC;
+  static_assert(group_size % VEC == 0 && (threads_per_group & (threads_per_group - 1)) == 0 &&
+                    threads_per_group <= K3_WARP_SIZE,
+                "a group's threads are a power of two within one warp: the amax shuffles stay inside the group");
   constexpr int per_access = 16 / int(sizeof(T_in));  // elements per 16-byte load
   const int64_t groups = K / group_size;
   const int64_t group = col / group_size;
@@ -70,15 +73,29 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
   if (active) k3::store<uint16_t, VEC / 2>(reinterpret_cast<uint16_t*>(q + row * K + col), codes);
   if constexpr (layout == kScaleUe8m0) {
     // Four consecutive groups share one int32 (group g in byte g % 4); missing tail groups are 0.
-    const uint32_t mine = active ? exponent : 0u;
-    const uint32_t b1 = k3::shfl_down(mine, 1 * threads_per_group);
-    const uint32_t b2 = k3::shfl_down(mine, 2 * threads_per_group);
-    const uint32_t b3 = k3::shfl_down(mine, 3 * threads_per_group);
     const int64_t words = (groups + 3) / 4;
-    if (active && group_leader && group % 4 == 0) {
-      const uint32_t w = mine | (group + 1 < groups ? b1 << 8 : 0u) | (group + 2 < groups ? b2 << 16 : 0u) |
-                         (group + 3 < groups ? b3 << 24 : 0u);
-      static_cast<int32_t*>(scale)[row * words + group / 4] = int32_t(w);
+    if constexpr (4 * threads_per_group <= K3_WARP_SIZE) {
+      // The four groups of a word lie in one warp: their leaders' exponents meet by shuffles and
+      // one thread stores the whole word.
+      const uint32_t mine = active ? exponent : 0u;
+      const uint32_t b1 = k3::shfl_down(mine, 1 * threads_per_group);
+      const uint32_t b2 = k3::shfl_down(mine, 2 * threads_per_group);
+      const uint32_t b3 = k3::shfl_down(mine, 3 * threads_per_group);
+      if (active && group_leader && group % 4 == 0) {
+        const uint32_t w = mine | (group + 1 < groups ? b1 << 8 : 0u) | (group + 2 < groups ? b2 << 16 : 0u) |
+                           (group + 3 < groups ? b3 << 24 : 0u);
+        static_cast<int32_t*>(scale)[row * words + group / 4] = int32_t(w);
+      }
+    } else if (active && group_leader) {
+      // The four groups span more than a warp (group_size 256 under 32-lane warps), where a shuffle
+      // of 2 or 3 groups' distance reaches past the warp and returns the caller's own value. Each
+      // leader stores its own byte (word order is little-endian: byte g of the row's words is group
+      // g), and the last group's leader zeroes the unused tail bytes of its word.
+      uint8_t* row_bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(scale) + row * words);
+      row_bytes[group] = uint8_t(exponent);
+      if (group == groups - 1) {
+        for (int64_t tail = group + 1; tail < 4 * words; ++tail) row_bytes[tail] = 0;
+      }
     }
   } else if (active && group_leader) {
     const int64_t at = layout == kScaleCol ? group * M + row : row * groups + group;
@@ -107,6 +124,17 @@ quant_kernel(const T_in* __restrict__ x, int64_t x_stride0, uint8_t* __restrict_
 // groups never straddle warps), rows stacked when a row needs fewer threads than a block holds.
 template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
+  #if K3_CUDA
+  static_assert(std::is_same<T_in, __nv_bfloat16>::value || std::is_same<T_in, __half>::value || std::is_same<T_in, float>::value, "in: templates/per_token_group_quant/limits.yaml:6 allows bf16, fp16, fp32");
+  #else
+  static_assert(std::is_same<T_in, k3_bf16>::value || std::is_same<T_in, __half>::value || std::is_same<T_in, float>::value, "in: templates/per_token_group_quant/limits.yaml:6 allows bf16, fp16, fp32");
+  #endif
+  static_assert((group_size == 32 || group_size == 64 || group_size == 128 || group_size == 256), "group_size: templates/per_token_group_quant/limits.yaml:8 allows 32, 64, 128, 256");
+  static_assert(scale_format == scale_format_fp32_row || scale_format == scale_format_fp32_col || scale_format == scale_format_ue8m0, "scale_format: templates/per_token_group_quant/limits.yaml:11 allows fp32_row, fp32_col, ue8m0");
+  static_assert(block_threads >= 64 && block_threads <= 1024 && block_threads % 64 == 0, "block_threads: templates/per_token_group_quant/limits.yaml:16 allows at least 64; at most 1024; multiples of 64");
+  static_assert((fp8_max == 448.0f), "fp8_max: templates/per_token_group_quant/limits.yaml:21 allows 448.0");
+  static_assert(eps >= 1e-30f && eps <= 1.0f, "eps: templates/per_token_group_quant/limits.yaml:22 allows at least 1e-30; at most 1.0");
+  static_assert((VEC == 16), "vector.elements: templates/per_token_group_quant/limits.yaml:24 allows 16");
   const int64_t threads_per_row = a.K / VEC;
   const int64_t chunks = (threads_per_row + block_threads - 1) / block_threads;
   const int64_t per_chunk = (threads_per_row + chunks - 1) / chunks;

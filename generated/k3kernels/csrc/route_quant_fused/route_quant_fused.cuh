@@ -230,6 +230,9 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
                             int64_t row, uint8_t* __restrict__ q, void* __restrict__ scale) {
   static_assert(VEC == 16, "16 elements per thread");
   constexpr int threads_per_group = group_size / VEC;
+  static_assert(group_size % VEC == 0 && (threads_per_group & (threads_per_group - 1)) == 0 &&
+                    threads_per_group <= K3_WARP_SIZE,
+                "a group's threads are a power of two within one warp: the amax shuffles stay inside the group");
   constexpr int per_access = 16 / int(sizeof(T_in));  // elements per 16-byte load
   const int64_t groups = K / group_size;
   const int64_t group = col / group_size;
@@ -283,15 +286,29 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
   if (active) k3::store<uint16_t, VEC / 2>(reinterpret_cast<uint16_t*>(q + row * K + col), codes);
   if constexpr (layout == kScaleUe8m0) {
     // Four consecutive groups share one int32 (group g in byte g % 4); missing tail groups are 0.
-    const uint32_t mine = active ? exponent : 0u;
-    const uint32_t b1 = k3::shfl_down(mine, 1 * threads_per_group);
-    const uint32_t b2 = k3::shfl_down(mine, 2 * threads_per_group);
-    const uint32_t b3 = k3::shfl_down(mine, 3 * threads_per_group);
     const int64_t words = (groups + 3) / 4;
-    if (active && group_leader && group % 4 == 0) {
-      const uint32_t w = mine | (group + 1 < groups ? b1 << 8 : 0u) | (group + 2 < groups ? b2 << 16 : 0u) |
-                         (group + 3 < groups ? b3 << 24 : 0u);
-      static_cast<int32_t*>(scale)[row * words + group / 4] = int32_t(w);
+    if constexpr (4 * threads_per_group <= K3_WARP_SIZE) {
+      // The four groups of a word lie in one warp: their leaders' exponents meet by shuffles and
+      // one thread stores the whole word.
+      const uint32_t mine = active ? exponent : 0u;
+      const uint32_t b1 = k3::shfl_down(mine, 1 * threads_per_group);
+      const uint32_t b2 = k3::shfl_down(mine, 2 * threads_per_group);
+      const uint32_t b3 = k3::shfl_down(mine, 3 * threads_per_group);
+      if (active && group_leader && group % 4 == 0) {
+        const uint32_t w = mine | (group + 1 < groups ? b1 << 8 : 0u) | (group + 2 < groups ? b2 << 16 : 0u) |
+                           (group + 3 < groups ? b3 << 24 : 0u);
+        static_cast<int32_t*>(scale)[row * words + group / 4] = int32_t(w);
+      }
+    } else if (active && group_leader) {
+      // The four groups span more than a warp (group_size 256 under 32-lane warps), where a shuffle
+      // of 2 or 3 groups' distance reaches past the warp and returns the caller's own value. Each
+      // leader stores its own byte (word order is little-endian: byte g of the row's words is group
+      // g), and the last group's leader zeroes the unused tail bytes of its word.
+      uint8_t* row_bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(scale) + row * words);
+      row_bytes[group] = uint8_t(exponent);
+      if (group == groups - 1) {
+        for (int64_t tail = group + 1; tail < 4 * words; ++tail) row_bytes[tail] = 0;
+      }
     }
   } else if (active && group_leader) {
     const int64_t at = layout == kScaleCol ? group * M + row : row * groups + group;
@@ -324,6 +341,27 @@ route_quant_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, c
 
 template <typename T_score, typename T_act, bool FAST_MATH, int VEC>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
+  #if K3_CUDA
+  static_assert(std::is_same<T_score, __nv_bfloat16>::value || std::is_same<T_score, __half>::value || std::is_same<T_score, float>::value, "score: templates/route_quant_fused/limits.yaml:6 allows bf16, fp16, fp32");
+  #else
+  static_assert(std::is_same<T_score, k3_bf16>::value || std::is_same<T_score, __half>::value || std::is_same<T_score, float>::value, "score: templates/route_quant_fused/limits.yaml:6 allows bf16, fp16, fp32");
+  #endif
+  #if K3_CUDA
+  static_assert(std::is_same<T_act, __nv_bfloat16>::value || std::is_same<T_act, __half>::value || std::is_same<T_act, float>::value, "act: templates/route_quant_fused/limits.yaml:7 allows bf16, fp16, fp32");
+  #else
+  static_assert(std::is_same<T_act, k3_bf16>::value || std::is_same<T_act, __half>::value || std::is_same<T_act, float>::value, "act: templates/route_quant_fused/limits.yaml:7 allows bf16, fp16, fp32");
+  #endif
+  static_assert(num_experts >= 1 && num_experts <= 1024, "num_experts: templates/route_quant_fused/limits.yaml:11 allows at least 1; at most 1024");
+  static_assert(top_k >= 1 && top_k <= 64, "top_k: templates/route_quant_fused/limits.yaml:15 allows at least 1; at most 64");
+  static_assert((block_threads == 256), "block_threads: templates/route_quant_fused/limits.yaml:16 allows 256");
+  static_assert(hidden >= 16 && hidden % 16 == 0, "hidden: templates/route_quant_fused/limits.yaml:17 allows at least 16; multiples of 16");
+  static_assert((group_size == 32 || group_size == 64 || group_size == 128), "group_size: templates/route_quant_fused/limits.yaml:18 allows 32, 64, 128");
+  static_assert((fp8_max == 448.0f), "fp8_max: templates/route_quant_fused/limits.yaml:21 allows 448.0");
+  static_assert(eps >= 1e-30f && eps <= 1.0f, "eps: templates/route_quant_fused/limits.yaml:22 allows at least 1e-30; at most 1.0");
+  static_assert((VEC == 16), "vector.elements: templates/route_quant_fused/limits.yaml:24 allows 16");
+  static_assert((top_k <= num_experts), "templates/route_quant_fused/limits.yaml:26 requires top_k <= num_experts: the top-k of num_experts experts");
+  static_assert(((hidden % group_size) == 0), "templates/route_quant_fused/limits.yaml:27 requires hidden % group_size == 0: groups of group_size elements tile a row");
+  static_assert(((hidden / VEC) <= block_threads), "templates/route_quant_fused/limits.yaml:28 requires hidden // vec <= block_threads: one block quantizes a whole row, one thread per vector");
   return k3::launch(route_quant_kernel<T_score, T_act, FAST_MATH, VEC>, dim3(unsigned(2 * a.M)), dim3(block_threads), 0,
                     stream, K3_PDL, static_cast<const T_score*>(a.scores), a.scores_stride0,
                     static_cast<const float*>(a.bias), static_cast<const T_act*>(a.x), a.x_stride0,

@@ -211,6 +211,21 @@ route_topk_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, co
 
 template <typename T_score, typename T_bias, bool FAST_MATH, int VEC>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
+  #if K3_CUDA
+  static_assert(std::is_same<T_score, __nv_bfloat16>::value || std::is_same<T_score, __half>::value || std::is_same<T_score, float>::value, "score: templates/route_topk/limits.yaml:5 allows bf16, fp16, fp32");
+  #else
+  static_assert(std::is_same<T_score, k3_bf16>::value || std::is_same<T_score, __half>::value || std::is_same<T_score, float>::value, "score: templates/route_topk/limits.yaml:5 allows bf16, fp16, fp32");
+  #endif
+  #if K3_CUDA
+  static_assert(std::is_same<T_bias, __nv_bfloat16>::value || std::is_same<T_bias, __half>::value || std::is_same<T_bias, float>::value, "bias: templates/route_topk/limits.yaml:6 allows bf16, fp16, fp32");
+  #else
+  static_assert(std::is_same<T_bias, k3_bf16>::value || std::is_same<T_bias, __half>::value || std::is_same<T_bias, float>::value, "bias: templates/route_topk/limits.yaml:6 allows bf16, fp16, fp32");
+  #endif
+  static_assert(num_experts >= 1 && num_experts <= 1024, "num_experts: templates/route_topk/limits.yaml:10 allows at least 1; at most 1024");
+  static_assert(top_k >= 1 && top_k <= 64, "top_k: templates/route_topk/limits.yaml:14 allows at least 1; at most 64");
+  static_assert((block_threads == 256), "block_threads: templates/route_topk/limits.yaml:15 allows 256");
+  static_assert((VEC == 1), "vector.elements: templates/route_topk/limits.yaml:17 allows 1");
+  static_assert((top_k <= num_experts), "templates/route_topk/limits.yaml:19 requires top_k <= num_experts: the top-k of num_experts experts");
   return k3::launch(route_topk_kernel<T_score, T_bias, FAST_MATH, VEC>, dim3(unsigned(a.M)), dim3(block_threads), 0,
                     stream, K3_PDL, static_cast<const T_score*>(a.scores), a.scores_stride0,
                     static_cast<const T_bias*>(a.bias), static_cast<float*>(a.out_weights),

@@ -40,6 +40,18 @@ situ_and_mul_kernel(const T_in* __restrict__ x, int64_t x_stride0, T_out* __rest
 // (rounded to whole warps), and stack rows when a row needs fewer threads than a block holds.
 template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
+  #if K3_CUDA
+  static_assert(std::is_same<T_in, __nv_bfloat16>::value || std::is_same<T_in, __half>::value || std::is_same<T_in, float>::value || std::is_same<T_in, __nv_fp8_e4m3>::value, "in: templates/situ_and_mul/limits.yaml:5 allows bf16, fp16, fp32, fp8");
+  #else
+  static_assert(std::is_same<T_in, k3_bf16>::value || std::is_same<T_in, __half>::value || std::is_same<T_in, float>::value || std::is_same<T_in, k3_fp8>::value, "in: templates/situ_and_mul/limits.yaml:5 allows bf16, fp16, fp32, fp8");
+  #endif
+  #if K3_CUDA
+  static_assert(std::is_same<T_out, __nv_bfloat16>::value || std::is_same<T_out, __half>::value || std::is_same<T_out, float>::value || std::is_same<T_out, __nv_fp8_e4m3>::value, "out: templates/situ_and_mul/limits.yaml:6 allows bf16, fp16, fp32, fp8");
+  #else
+  static_assert(std::is_same<T_out, k3_bf16>::value || std::is_same<T_out, __half>::value || std::is_same<T_out, float>::value || std::is_same<T_out, k3_fp8>::value, "out: templates/situ_and_mul/limits.yaml:6 allows bf16, fp16, fp32, fp8");
+  #endif
+  static_assert(block_threads >= 64 && block_threads <= 1024 && block_threads % 64 == 0, "block_threads: templates/situ_and_mul/limits.yaml:11 allows at least 64; at most 1024; multiples of 64");
+  static_assert(((VEC * int((sizeof(T_out) > sizeof(T_in) ? sizeof(T_out) : sizeof(T_in)))) == 16 || (VEC * int((sizeof(T_out) > sizeof(T_in) ? sizeof(T_out) : sizeof(T_in)))) == 32), "vector.bytes: templates/situ_and_mul/limits.yaml:17 allows 16, 32");
   const int64_t nvec = a.D / VEC;
   const int64_t chunks = (nvec + block_threads - 1) / block_threads;
   const int64_t per_chunk = (nvec + chunks - 1) / chunks;
