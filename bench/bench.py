@@ -18,6 +18,7 @@ import torch
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "generated")]
 
 from common import bandwidth_verdict, measure, time_graph_us  # noqa: E402
+from k3gen.oracles.vocabulary import torch_dtype  # noqa: E402
 
 
 def bench_situ_and_mul() -> tuple[list[dict], list[str]]:
@@ -32,8 +33,8 @@ def bench_situ_and_mul() -> tuple[list[dict], list[str]]:
         ref = torch.compile(lambda x, out_dtype: oracle.reference({"out": out_dtype}, x, oracle.BETA, oracle.LINEAR_BETA),
                             dynamic=False)
         for m in (1, 128, 4096, 16384):
-            x = torch.randn(m, 2 * d, device="cuda").mul_(6).to(oracle.TORCH[dt_in])
-            out = torch.empty(m, d, device="cuda", dtype=oracle.TORCH[dt_out])
+            x = torch.randn(m, 2 * d, device="cuda").mul_(6).to(torch_dtype(dt_in))
+            out = torch.empty(m, d, device="cuda", dtype=torch_dtype(dt_out))
             nbytes = x.numel() * x.element_size() + out.numel() * out.element_size()
             r = measure(lambda: fam.situ_and_mul(x, oracle.BETA, oracle.LINEAR_BETA, out=out), lambda: ref(x, dt_out),
                         nbytes, family="situ_and_mul", M=m, D=d, dtypes=f"{dt_in}->{dt_out}")
@@ -56,7 +57,7 @@ def bench_per_token_group_quant() -> tuple[list[dict], list[str]]:
         variant = {"in": dt, "group_size": g, "scale_format": fmt, "fuse_silu_and_mul": False}
         ref = torch.compile(lambda x: oracle.reference(variant, x, g, fmt), dynamic=False)
         for m in (1, 128, 4096, 16384):
-            x = torch.randn(m, k, device="cuda").to(oracle.TORCH[dt])
+            x = torch.randn(m, k, device="cuda").to(torch_dtype(dt))
             q, scale = fam.per_token_group_quant(x, group_size=g, scale_format=fmt)
             nbytes = x.numel() * x.element_size() + q.numel() + scale.numel() * 4
             r = measure(lambda: fam.per_token_group_quant(x, group_size=g, scale_format=fmt, out=q, out_scale=scale),
@@ -78,7 +79,7 @@ def bench_route_topk() -> tuple[list[dict], list[str]]:
         variant = {"score": dt, "bias": "fp32", "tie_order": "lowest_id"}
         ref = torch.compile(lambda s, b: oracle.reference(variant, s, b, k, 1, 1, 1, 2.5), dynamic=False)
         for m in (1, 16, 128, 1024):
-            scores = torch.randn(m, e, device="cuda").to(oracle.TORCH[dt])
+            scores = torch.randn(m, e, device="cuda").to(torch_dtype(dt))
             bias = torch.randn(e, device="cuda") * 0.1
             w, ids = fam.route_topk(scores, bias, k, routed_scaling_factor=2.5)
             nbytes = scores.numel() * scores.element_size() + bias.numel() * 4 + w.numel() * 4 + ids.numel() * 4
@@ -108,9 +109,9 @@ def bench_route_quant_fused() -> tuple[list[dict], list[str]]:
                    "constants": {"num_experts": e, "top_k": k, "group_size": 32, "hidden": h}}
         ref = torch.compile(lambda s, b, x: oracle.reference(variant, s, b, x, k), dynamic=False)
         for m in (1, 16, 64, 256, 1024):
-            s = torch.randn(m, e, device="cuda").to(oracle.TORCH[score])
+            s = torch.randn(m, e, device="cuda").to(torch_dtype(score))
             b = torch.randn(e, device="cuda") * 0.1
-            x = torch.randn(m, h, device="cuda").to(oracle.TORCH[act])
+            x = torch.randn(m, h, device="cuda").to(torch_dtype(act))
             outs = fam.route_quant_fused(s, b, x, k)
             names = ("out_weights", "out_ids", "out_q", "out_scale")
             nbytes = sum(t.numel() * t.element_size() for t in (s, b, x, *outs))

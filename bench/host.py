@@ -17,18 +17,24 @@ import time
 import torch
 
 
-def per_call_us(fn, calls: int) -> float:
-    for _ in range(200):  # build, load, allocator, the wrapper's first (checked) call
-        fn()
+def per_call_us(fns: dict, calls: int, rounds: int = 10) -> dict:
+    """Median µs per call of each function, each call timed alone. The functions take turns in
+    `rounds` blocks, so a machine that slows down or speeds up mid-run weighs on all of them alike."""
+    for fn in fns.values():
+        for _ in range(200):  # build, load, allocator, the wrapper's first (checked) call
+            fn()
     torch.cuda.synchronize()
     clock = time.perf_counter_ns
-    times = []
-    for _ in range(calls):
-        t = clock()
-        fn()
-        times.append(clock() - t)
-    torch.cuda.synchronize()
-    return statistics.median(times) / 1e3
+    times: dict = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            ts = times[name]
+            for _ in range(calls // rounds):
+                t = clock()
+                fn()
+                ts.append(clock() - t)
+            torch.cuda.synchronize()
+    return {name: statistics.median(ts) / 1e3 for name, ts in times.items()}
 
 
 def calls() -> dict:
@@ -64,7 +70,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--json", help="write {call: median us} here")
     args = ap.parse_args()
-    results = {name: per_call_us(fn, args.calls) for name, fn in calls().items()}
+    results = per_call_us(calls(), args.calls)
     for name, us in results.items():
         print(f"{name:>24} {us:7.2f} us/call  x{us / results['torch.sigmoid']:.2f} torch.sigmoid")
     if args.json:

@@ -25,6 +25,8 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .paths import plain_file_inside
+
 from . import gate_eval
 from .dtypes import DTYPES
 from .errors import SpecError
@@ -102,7 +104,7 @@ def read_limits(root: Path, template: str) -> tuple[TemplateLimits | None, list[
     located in the limits file."""
     rel = limits_path(template)
     path = Path(root) / rel
-    if not path.is_file():
+    if not plain_file_inside(path, Path(root) / "templates"):
         return None, []
     located, errors = parse_yaml(path.read_text(), rel)
     if located is None or errors:

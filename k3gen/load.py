@@ -14,6 +14,7 @@ from .errors import FieldError, SpecError, SpecErrors
 from .grammar import IDENT, spec_file_problem
 from .model import KernelSpec, RunnerTable, _suggest
 from .meaning import check_meaning
+from .paths import plain_file_inside
 from .spec_checks import check_spec
 from .yaml_lines import LocatedData, parse_yaml
 
@@ -345,7 +346,7 @@ def check_across(loaded: list[LoadedSpec], root: Path) -> list[SpecError]:
             errors.append(ls.error(("kernel",), f"kernel '{s.kernel}' is already defined at "
                                                 f"{other.file}:{other.located.line_of(('kernel',))}; rename one"))
         first.setdefault(s.kernel, ls)
-        if not _plain_file_inside(root / "templates" / s.template / "kernel.cuh.j2", root / "templates"):
+        if not plain_file_inside(root / "templates" / s.template / "kernel.cuh.j2", root / "templates"):
             known = sorted(p.parent.name for p in (root / "templates").glob("*/kernel.cuh.j2"))
             errors.append(ls.error(("template",), f"templates/{s.template}/kernel.cuh.j2 does not exist"
                                                   f"{_suggest(s.template, known)}; known: {', '.join(known) or 'none'}"))
@@ -357,7 +358,7 @@ def _check_oracle(ls: LoadedSpec, root: Path) -> list[SpecError]:
     """The oracle module must define what the generated tests call; read its AST, never import it."""
     s = ls.spec
     module = root.joinpath(*s.oracle.split(".")).with_suffix(".py")  # the model's grammar: k3gen.oracles.NAME
-    if not _plain_file_inside(module, root / "k3gen" / "oracles"):
+    if not plain_file_inside(module, root / "k3gen" / "oracles"):
         known = sorted(p.stem for p in (root / "k3gen" / "oracles").glob("*.py") if p.stem != "__init__")
         close = difflib.get_close_matches(s.oracle.split(".")[-1], known, n=1)
         hint = f" (did you mean 'k3gen.oracles.{close[0]}'?)" if close else ""
@@ -376,13 +377,6 @@ def _check_oracle(ls: LoadedSpec, root: Path) -> list[SpecError]:
     needed += [(("tests", "rejects", n), f"reject_{n}", "define it or remove the entry") for n in s.tests.rejects]
     return [ls.error(path, f"oracle {s.oracle} has no function {fn}(); {fix}")
             for path, fn, fix in needed if fn not in defined]
-
-
-def _plain_file_inside(path: Path, folder: Path) -> bool:
-    """A regular file reached without links, inside `folder`: what a spec names is read from the project."""
-    if not path.is_file() or any(p.is_symlink() for p in (path, *path.parents) if folder in (p, *p.parents)):
-        return False
-    return path.resolve().is_relative_to(folder.resolve())
 
 
 def _dotted(path: tuple) -> str:

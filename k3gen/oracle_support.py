@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from .paths import plain_file_inside
+
 from .dtypes import DTYPES
 from .errors import SpecError
 
@@ -55,8 +57,11 @@ def check_oracle_support(ls, root: Path) -> list[SpecError]:
     that is missing or does not parse is k3gen.load's error already."""
     s = ls.spec
     rel = "/".join(s.oracle.split(".")) + ".py"
+    path = Path(root) / rel
+    if not plain_file_inside(path, Path(root) / "k3gen" / "oracles"):
+        return []  # k3gen.load refuses it; never read a FIFO or a link out of the project
     try:
-        tree = ast.parse((Path(root) / rel).read_text())
+        tree = ast.parse(path.read_text())
     except (OSError, SyntaxError, ValueError):
         return []
     supported, line, problem = read_supported(tree)

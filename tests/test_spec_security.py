@@ -582,7 +582,7 @@ def _nine_axes(sb: Sandbox) -> None:
     text = sb.spec(SAM).read_text()
     start, stop = text.index("dtypes:\n"), text.index("flags:\n")
     text = text[:start] + "dtypes:\n  axes:\n" + NINE_AXES + "\n" + text[stop:]
-    text = edit(text, "fast_math:\n  when: {out: [bf16, fp16]}", "fast_math:\n  when: {a0: [bf16, fp16]}")
+    text = re.sub(r"fast_math:\n  when: \{\w+: \[bf16, fp16\]\}", "fast_math:\n  when: {a0: [bf16, fp16]}", text)
     start, stop = text.index("  tensors:\n"), text.index("  scalars:\n")
     text = text[:start] + "  tensors:\n    x: {dtype: fp32, shape: [M, \"2 * D\"], layout: rows}\n" \
         "    out: {dtype: fp32, shape: [M, D], output: true}\n" + NINE_TENSORS + "\n" + text[stop:]
