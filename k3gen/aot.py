@@ -16,8 +16,6 @@ that ninja reports up to date, and only if the sources hash as they did before t
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import os
 import sys
 import time
@@ -88,6 +86,7 @@ def targets_for(pairs: list[tuple[object, str]], csrc: Path) -> list[Target]:
 
 def write_build(targets: list[Target], out: Path) -> Path:
     from .runtime import ninja
+    from .runtime.files import write_if_changed
 
     lines = [ninja.RULES]
     for t in targets:
@@ -96,7 +95,7 @@ def write_build(targets: list[Target], out: Path) -> Path:
         edges, _ = ninja.library_edges(srcs, t.compiler, *req.flags(), f"{t.entry}/", t.entry)
         lines += edges
     path = out / "build.ninja"
-    ninja.write_if_changed(path, "\n".join(lines))
+    write_if_changed(path, "\n".join(lines))  # the same bytes keep a rerun a true no-op
     return path
 
 
@@ -122,18 +121,11 @@ def write_records(targets: list[Target], out: Path, all_built: bool) -> tuple[li
     return written, missing
 
 
-@contextlib.contextmanager
-def _exclusive(out: Path):
-    """Two compiles into one directory would race on ninja's state and on the records."""
-    with open(out / ".k3gen-compile.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-
 def compile_matrix(plans: list, root: Path, args) -> int:
     """Build, print a summary; 0 when every library has its record, 1 otherwise, 2 for bad arguments."""
     from .runtime import ninja
     from .runtime.errors import K3BuildError
+    from .runtime.files import locked
 
     start = time.perf_counter()
     try:
@@ -148,7 +140,7 @@ def compile_matrix(plans: list, root: Path, args) -> int:
     out = (args.out or root / "build" / "aot").resolve()
     out.mkdir(parents=True, exist_ok=True)
     jobs = args.jobs or os.environ.get("K3GEN_JOBS")
-    with _exclusive(out):
+    with locked(out / ".k3gen-compile.lock"):  # two compiles into one directory would race on ninja's state
         write_build(targets, out)
         sys.stdout.flush()  # ninja writes to the same terminal: keep our lines in order
         proc = ninja.run(out, jobs, capture=False, keep_going=True)

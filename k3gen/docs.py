@@ -14,6 +14,7 @@ from . import routing
 from .dtypes import DTYPES
 from .escape import one_line
 from .plan import FamilyPlan
+from .spellings import dtype_bindings, wrapper_signature
 from .support import COMPILED, DECLARED, HIP_COMPILED_IN_CI, RUN, RUN_ON_GPU, arch_state
 
 
@@ -65,8 +66,6 @@ def matrix_table(p: FamilyPlan) -> Table:
 
 
 def defaults_table(p: FamilyPlan) -> Table | None:
-    from .render import dtype_bindings  # the wrapper reads each axis from these tensors
-
     bound = {axis: tensor for axis, tensor, _ in dtype_bindings(p)}
     rows = [[axis, f"`{bound[axis]}` is not given", d.from_, ", ".join(f"{s} → {t}" for s, t in d.map.items())]
             for axis, d in p.spec.dtypes.defaults.items()]
@@ -234,8 +233,6 @@ def specialization_text(p: FamilyPlan) -> str:
 
 def family_doc(p: FamilyPlan) -> dict:
     """Everything templates/common/doc.md.j2 prints for one family."""
-    from .render import wrapper_signature
-
     generated = len(p.spec.dtypes.generated_cells())
     axes = "; ".join(f"`{a}` ({', '.join(vs)})" for a, vs in p.spec.dtypes.axes.items())
     return {"call": f"{p.name}({wrapper_signature(p)['params']})", "axes": axes,

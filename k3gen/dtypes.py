@@ -1,29 +1,8 @@
-"""The dtypes a spec may name, with their sizes, torch names, ABI codes and C++ spellings."""
-from __future__ import annotations
+"""The dtypes a spec may name: the generator's name for the one table, k3gen.runtime.dtypes.
 
-from dataclasses import dataclass
+The table lives in the runtime so that the wrappers' input checks and the oracles, which may import
+only torch and k3gen.runtime, read the same rows.
+"""
+from .runtime.dtypes import DTYPES, Dtype
 
-
-@dataclass(frozen=True)
-class Dtype:
-    name: str  # spec spelling
-    size: int  # bytes per element
-    torch: str  # attribute of the torch module
-    code: int  # value passed through the C ABI; stable, never reuse
-    cuda: str  # C++ element type under nvcc
-    hip: str  # C++ element type under hip-clang (see k3_backend.h: bf16/fp8 are k3 types there)
-
-    def cpp(self, backend: str) -> str:
-        return getattr(self, backend)
-
-
-DTYPES: dict[str, Dtype] = {
-    d.name: d
-    for d in (
-        Dtype("bf16", 2, "bfloat16", 1, "__nv_bfloat16", "k3_bf16"),
-        Dtype("fp16", 2, "float16", 2, "__half", "__half"),
-        Dtype("fp32", 4, "float32", 3, "float", "float"),
-        Dtype("fp8", 1, "float8_e4m3fn", 4, "__nv_fp8_e4m3", "k3_fp8"),
-        Dtype("i32", 4, "int32", 5, "int32_t", "int32_t"),
-    )
-}
+__all__ = ["DTYPES", "Dtype"]

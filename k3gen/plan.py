@@ -15,20 +15,18 @@ from pathlib import Path
 import jinja2
 import jinja2.meta
 
-from . import __version__, routing
+from . import __version__, routing, spellings
 from .dtypes import DTYPES
 from .errors import SpecErrors
 from .bounds import KEY_BITS
 from .exprs import Expr, parse_expr
 from .load import LoadedSpec
 from .model import KernelSpec
-from .scopes import dim_scope, gate_scope, select_scope, shape_scope
+from .scopes import dim_scope, gate_scope, select_scope
 
 BACKENDS = ("cuda", "hip")
 # Part of every cache key; the runtime adds the compiler's own version string when it builds.
 TOOLCHAIN = {"cuda": "nvcc", "hip": "hip-clang"}
-ARG_CTYPES = {"ptr": ("const void*", "c_void_p"), "mut_ptr": ("void*", "c_void_p"),
-              "i64": ("int64_t", "c_int64"), "i32": ("int32_t", "c_int32"), "f32": ("float", "c_float")}
 # Templates every family renders (see k3gen.render); with the family's kernel.cuh.j2 they make its sources.
 COMMON_TEMPLATES = ["common/k3_backend.h.j2", "common/abi.h.j2", "common/variant.cu.j2", "common/dispatch.cu.j2",
                     "common/host.py.j2", "common/test.py.j2"]
@@ -39,15 +37,15 @@ class ArgField:
     """One field of the family's C args struct, filled by the host wrapper."""
 
     name: str
-    kind: str  # key of ARG_CTYPES
+    kind: str  # key of spellings.ARG_CTYPES
 
     @property
     def cpp(self) -> str:
-        return ARG_CTYPES[self.kind][0]
+        return spellings.ARG_CTYPES[self.kind][0]
 
     @property
     def ctype(self) -> str:
-        return ARG_CTYPES[self.kind][1]
+        return spellings.ARG_CTYPES[self.kind][1]
 
 
 @dataclass(frozen=True)
@@ -113,26 +111,18 @@ class FamilyPlan:
     def archs(self, backend: str) -> list[str]:
         return list(getattr(self.spec.targets, backend))
 
+    # C++ spellings of the plan live in k3gen.spellings; templates reach them through these names.
     def template_params(self) -> str:
-        """The kernel template's parameter list, in the order template_args() fills it."""
-        ps = [f"typename T_{a}" for a in self.spec.dtypes.axes]
-        ps += [f"int {p}" for p in self.spec.params]
-        ps += [f"bool {f}" for f in self.call_flags]
-        return ", ".join([*ps, "bool FAST_MATH", "int VEC"])
+        return spellings.template_params(self)
 
     def template_param_names(self) -> str:
-        return ", ".join(p.split()[-1] for p in self.template_params().split(", "))
+        return spellings.template_param_names(self)
 
     def template_args(self, v: Variant, backend: str) -> str:
-        xs = [DTYPES[d].cpp(backend) for d in v.dtypes.values()]
-        xs += [str(_param_cpp(self.spec, p, val)) for p, val in v.params.items()]
-        xs += ["true" if b else "false" for b in v.flags.values()]
-        return ", ".join([*xs, "true" if v.fast_math else "false", str(v.vec)])
+        return spellings.template_args(self, v, backend)
 
     def param_enums(self) -> list[tuple[str, int]]:
-        """C++ constants for string-valued params: scale_format_ue8m0 = 2."""
-        return [(f"{p}_{val}", i) for p, prm in self.spec.params.items() for i, val in enumerate(prm.values)
-                if isinstance(val, str)]
+        return spellings.param_enums(self)
 
     def backend_routing(self) -> list[routing.BackendRouting]:
         """Tie order (expanded to a priority per expert) and sigmoid of each backend (k3gen.routing)."""
@@ -148,17 +138,10 @@ class FamilyPlan:
         return math.lcm(1, *(n for m in moduli for n in m))
 
     def shape_python(self, shape: list) -> list[str]:
-        """Python spellings of a tensor's dimensions (k3gen.exprs; the model checked them)."""
-        scope = shape_scope(self.spec)
-        return [parse_expr(d, scope).python for d in shape]
+        return spellings.shape_python(self, shape)
 
     def arch_defines(self, arch: str) -> list[str]:
-        return [f"-DK3_{f.upper()}={int(arch in (self.spec.flags[f].archs or []))}" for f in self.arch_flags]
-
-
-def _param_cpp(spec: KernelSpec, param: str, value) -> int:
-    values = spec.params[param].values
-    return values.index(value) if isinstance(value, str) else value
+        return spellings.arch_defines(self, arch)
 
 
 def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:

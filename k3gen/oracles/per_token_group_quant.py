@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 
 from k3gen.runtime import K3UnsupportedError
+from k3gen.runtime.dtypes import torch_dtypes
 
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+TORCH = torch_dtypes("bf16", "fp16", "fp32")  # k3gen.runtime.dtypes: the one dtype table
 FP8_MAX = 448.0
 EPS = 1e-10
 

@@ -6,8 +6,9 @@ import torch
 
 from k3gen.oracles import per_token_group_quant as quant
 from k3gen.oracles import route_topk as routing
+from k3gen.runtime.dtypes import torch_dtypes
 
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+TORCH = torch_dtypes("bf16", "fp16", "fp32")  # k3gen.runtime.dtypes: the one dtype table
 
 
 def _quant_variant(variant: dict) -> dict:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import torch
 
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+from k3gen.runtime.dtypes import torch_dtypes
+
+TORCH = torch_dtypes("bf16", "fp16", "fp32")  # k3gen.runtime.dtypes: the one dtype table
 
 # aiter's wave64 traversal (issue 15): lane -> rank, experts 4 to a group. Copied on purpose.
 AITER_LANE_RANK = [56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48, 40, 41, 42, 43, 47, 46, 45, 44,

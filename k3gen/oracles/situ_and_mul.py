@@ -4,9 +4,10 @@ from __future__ import annotations
 import torch
 
 from k3gen.runtime import K3UnsupportedError
+from k3gen.runtime.dtypes import torch_dtypes
 
 BETA, LINEAR_BETA = 4.0, 25.0
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+TORCH = torch_dtypes("bf16", "fp16", "fp32")  # k3gen.runtime.dtypes: the one dtype table
 
 
 def reference(variant: dict, x, beta, linear_beta=None, out=None):

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
+
+from .files import write_if_changed
 
 LIB = "lib.so"
 RECORD = "k3gen-build.json"
@@ -31,17 +32,7 @@ def make_record(family: str, arch: str, content_key: str, compiler: str, compile
 
 def write_record(entry: Path, record: dict) -> bool:
     """Write the record atomically (a reader sees the old one or the new one); False if unchanged."""
-    path = entry / RECORD
-    text = json.dumps(record, indent=1, sort_keys=True) + "\n"
-    try:
-        if path.read_text() == text:
-            return False
-    except OSError:
-        pass
-    tmp = path.with_name(f".{RECORD}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return True
+    return write_if_changed(entry / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n", atomic=True)
 
 
 def check(entry: Path, family: str, arch: str, *, key: str | None = None,

@@ -15,8 +15,6 @@ Lookup order (ensure_built):
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -28,6 +26,7 @@ from pathlib import Path
 
 from . import artifact, ninja
 from .errors import K3BuildError, K3ToolchainMissing
+from .files import locked, write_if_changed
 from .toolchain import backend_of, compile_flags, compiler_name, compiler_version, find_compiler, link_flags
 
 log = logging.getLogger("k3gen")
@@ -156,7 +155,7 @@ def _ensure_jit(req: BuildRequest, key: str, content_key: str, root: Path) -> Pa
     if artifact.check(final, req.family, req.arch, key=key)[0]:
         return final / LIB
     parent.mkdir(parents=True, exist_ok=True)
-    with _locked(parent / f"{key[:32]}.lock"):
+    with locked(parent / f"{key[:32]}.lock"):
         if artifact.check(final, req.family, req.arch, key=key)[0]:  # another process finished it first
             return final / LIB
         # Holding the lock, anything else for this key is debris of an interrupted build.
@@ -178,22 +177,12 @@ def _ensure_jit(req: BuildRequest, key: str, content_key: str, root: Path) -> Pa
     return final / LIB
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def write_ninja(req: BuildRequest, build_dir: Path) -> Path:
     compiler, cflags, lflags = req.commands()
     srcs = [req.csrc / req.family / s for s in req.sources]
     lines, lib = ninja.library_edges(srcs, compiler, cflags, lflags, "", f"{req.family}/{req.arch}")
     path = build_dir / "build.ninja"
-    path.write_text("\n".join([ninja.RULES, *lines, f"default {lib}", ""]))
+    write_if_changed(path, "\n".join([ninja.RULES, *lines, f"default {lib}", ""]))
     return path
 
 
