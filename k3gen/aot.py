@@ -71,16 +71,13 @@ def select(plans: list, archs: list[str], families: list[str]) -> list[tuple[obj
 
 def targets_for(pairs: list[tuple[object, str]], csrc: Path) -> list[Target]:
     """The same BuildRequest the generated wrapper's FamilyModule.request(arch) makes, so equal keys."""
-    from .render import kernel_headers, kernel_sources
-    from .runtime.cache import BuildRequest
-    from .runtime.toolchain import backend_of, find_compiler
+    from .identity import request_for
+    from .runtime.toolchain import find_compiler
 
     out = []
     for p, arch in pairs:
-        backend = backend_of(arch)
-        req = BuildRequest(p.name, arch, csrc, tuple(kernel_sources(p, backend)),
-                           tuple(kernel_headers(p, backend)), tuple(p.arch_defines(arch)))
-        out.append(Target(req, find_compiler(backend), req.content_key()))
+        req = request_for(p, arch, csrc)
+        out.append(Target(req, find_compiler(req.backend), req.content_key()))
     return out
 
 

@@ -32,10 +32,14 @@ def _plans(root: Path):
 
 
 def _render(root: Path):
+    """The plans and the rendered files, their keys checked unique (k3gen.identity)."""
+    from .identity import keyed
     from .render import render_all
 
     plans = _plans(root)
-    return plans, render_all(plans, root)
+    files = render_all(plans, root)
+    keyed(plans, files)
+    return plans, files
 
 
 def cmd_build(root: Path, args) -> int:
@@ -69,12 +73,25 @@ def cmd_check(root: Path, args) -> int:
     return 0
 
 
+LIST_HEADER = ("identity", "backend", "params", "unit key", "library key")
+
+
 def cmd_list(root: Path, args) -> int:
+    from .identity import keyed
+    from .render import render_all
+
     plans = _plans(root)
-    rows = [(sp.identity, sp.backend, sp.variant.label, sp.cache_key[:16])
-            for p in plans for sp in p.specializations if not args.family or p.name == args.family]
-    widths = [max(len(r[i]) for r in rows + [("identity", "backend", "params", "cache key")]) for i in range(4)]
-    for r in [("identity", "backend", "params", "cache key"), *rows]:
+    libs = {(lib.family, lib.arch): lib for lib in keyed(plans, render_all(plans, root))}
+    rows = []
+    for p in plans:
+        if args.family and p.name != args.family:
+            continue
+        for sp in p.specializations:
+            lib = libs[(p.name, sp.arch)]
+            unit = next(u for u in lib.units if u.identity == sp.identity)
+            rows.append((sp.identity, sp.backend, sp.variant.label, unit.key[:16], lib.key[:16]))
+    widths = [max(len(r[i]) for r in [*rows, LIST_HEADER]) for i in range(len(LIST_HEADER))]
+    for r in [LIST_HEADER, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     print(f"{len(rows)} specializations")
     return 0
@@ -135,7 +152,7 @@ def cmd_schema(root: Path | None, args) -> int:
 COMMANDS = {
     "build": (cmd_build, "render specs/ into generated/ (writes only changed files)"),
     "check": (cmd_check, "exit 1 with a diff when generated/ is stale or edited by hand"),
-    "list": (cmd_list, "the specialization table: identity, backend, params, cache key"),
+    "list": (cmd_list, "the specialization table: identity, backend, params, unit key, library key"),
     "validate": (cmd_validate, "load and check the specs; print every error"),
     "schema": (cmd_schema, "print the JSON Schema of a spec file (for editors)"),
     "compile": (cmd_compile, "build every family x arch ahead of time into build/aot (one ninja run)"),

@@ -1,8 +1,8 @@
 """What a spec change does, for review: the plans and rendered files of two trees, compared.
 
 `k3gen diff [REV]` renders the specs and templates at REV and in the work tree, both with the
-current k3gen code, and reports per family the specializations added and removed, the cache keys
-invalidated and the gates, constants, tie orders, flags and params changed; then the generated
+current k3gen code, and reports per family the specializations added and removed, the keys that
+changed (k3gen.identity: the keys `k3gen list` shows and the runtime uses) and the gates, constants, tie orders, flags and params changed; then the generated
 files and translation units touched. `compare` is a pure function of two plans and two file sets;
 `format_text`, `format_markdown` and `format_json` print its report; `export_rev` is the git plumbing.
 """
@@ -15,6 +15,7 @@ import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import identity
 from .plan import FamilyPlan, Specialization
 
 # What a rev must provide to be rendered: the specs, the templates, the oracles the loader checks.
@@ -36,7 +37,17 @@ class SpecializationRef:
     dtypes: dict
     params: dict
     flags: dict
-    cache_key: str
+    cache_key: str  # the specialization's unit key (k3gen.identity)
+
+
+@dataclass(frozen=True)
+class LibraryChange:
+    """A family's library for one arch whose key changed: what the runtime and `k3gen compile` rebuild."""
+
+    family: str
+    arch: str
+    old: str | None  # key; None: the library is new
+    new: str | None  # None: the library is gone
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ class FamilyDiff:
     status: str  # added, removed or changed
     added: list[SpecializationRef] = field(default_factory=list)
     removed: list[SpecializationRef] = field(default_factory=list)
-    invalidated: list[str] = field(default_factory=list)  # identities on both sides whose cache key changed
+    invalidated: list[str] = field(default_factory=list)  # identities on both sides whose key changed
     changes: list[Change] = field(default_factory=list)
 
 
@@ -72,6 +83,7 @@ class DiffReport:
     files_removed: list[str]
     files_changed: list[str]
     notes: list[str] = field(default_factory=list)
+    libraries: list[LibraryChange] = field(default_factory=list)  # by family, archs in spec order
 
     @property
     def units_added(self) -> list[str]:
@@ -90,6 +102,7 @@ class DiffReport:
         return {"specializations_added": sum(len(f.added) for f in fams),
                 "specializations_removed": sum(len(f.removed) for f in fams),
                 "cache_keys_invalidated": sum(len(f.invalidated) for f in fams),
+                "libraries_changed": len(self.libraries),
                 "files_added": len(self.files_added), "files_removed": len(self.files_removed),
                 "files_changed": len(self.files_changed), "units_added": len(self.units_added),
                 "units_removed": len(self.units_removed), "units_changed": len(self.units_changed)}
@@ -105,37 +118,49 @@ class DiffReport:
 def compare(old: list[FamilyPlan], new: list[FamilyPlan], old_files: dict[str, str], new_files: dict[str, str],
             base: str = "base", head: str = "work tree", notes: list[str] | None = None) -> DiffReport:
     """The report of going from (old plans, old rendered files) to (new plans, new rendered files)."""
+    old_libs, new_libs = identity.libraries(old, old_files), identity.libraries(new, new_files)
+    okeys, nkeys = identity.unit_keys(old_libs), identity.unit_keys(new_libs)
     olds, news = {p.name: p for p in old}, {p.name: p for p in new}
     families = []
     for name in sorted(olds.keys() | news.keys()):
-        fd = _family_diff(olds.get(name), news.get(name))
+        fd = _family_diff(olds.get(name), news.get(name), okeys, nkeys)
         if fd.added or fd.removed or fd.invalidated or fd.changes or fd.status != "changed":
             families.append(fd)
     added = sorted(f"generated/{p}" for p in new_files.keys() - old_files.keys())
     removed = sorted(f"generated/{p}" for p in old_files.keys() - new_files.keys())
     changed = sorted(f"generated/{p}" for p in new_files.keys() & old_files.keys() if new_files[p] != old_files[p])
     return DiffReport(base, head, len(olds.keys() | news.keys()), sorted(news.keys() - olds.keys()),
-                      sorted(olds.keys() - news.keys()), families, added, removed, changed, list(notes or []))
+                      sorted(olds.keys() - news.keys()), families, added, removed, changed, list(notes or []),
+                      _library_changes(old_libs, new_libs))
 
 
-def _ref(sp: Specialization) -> SpecializationRef:
+def _library_changes(old: list[identity.Library], new: list[identity.Library]) -> list[LibraryChange]:
+    o = {(lib.family, lib.arch): lib.key for lib in old}
+    n = {(lib.family, lib.arch): lib.key for lib in new}
+    keys = list(dict.fromkeys([*n, *o]))
+    return [LibraryChange(f, a, o.get((f, a)), n.get((f, a))) for f, a in sorted(keys, key=lambda k: (k[0], keys.index(k)))
+            if o.get((f, a)) != n.get((f, a))]
+
+
+def _ref(sp: Specialization, keys: dict[str, str]) -> SpecializationRef:
     v = sp.variant
     return SpecializationRef(sp.identity, sp.backend, sp.arch, dict(v.dtypes), dict(v.params), dict(v.flags),
-                             sp.cache_key)
+                             keys[sp.identity])
 
 
-def _family_diff(old: FamilyPlan | None, new: FamilyPlan | None) -> FamilyDiff:
+def _family_diff(old: FamilyPlan | None, new: FamilyPlan | None, okeys: dict[str, str],
+                 nkeys: dict[str, str]) -> FamilyDiff:
     if old is None or new is None:
         p = old or new
-        refs = [_ref(sp) for sp in p.specializations]
+        refs = [_ref(sp, okeys if new is None else nkeys) for sp in p.specializations]
         return FamilyDiff(p.name, "added" if old is None else "removed",
                           added=refs if old is None else [], removed=refs if new is None else [])
     o = {sp.identity: sp for sp in old.specializations}
     n = {sp.identity: sp for sp in new.specializations}
     return FamilyDiff(new.name, "changed",
-                      added=[_ref(n[i]) for i in n if i not in o],
-                      removed=[_ref(o[i]) for i in o if i not in n],
-                      invalidated=[i for i in n if i in o and n[i].cache_key != o[i].cache_key],
+                      added=[_ref(n[i], nkeys) for i in n if i not in o],
+                      removed=[_ref(o[i], okeys) for i in o if i not in n],
+                      invalidated=[i for i in n if i in o and nkeys[i] != okeys[i]],
                       changes=spec_changes(old, new))
 
 
@@ -260,6 +285,11 @@ def _family_line(f: FamilyDiff) -> str:
             f"{len(f.invalidated)} cache key{'s' if len(f.invalidated) != 1 else ''} invalidated")
 
 
+def _library_text(c: LibraryChange) -> str:
+    old, new = (k[:16] if k else "none" for k in (c.old, c.new))
+    return f"{c.arch} {old} -> {new}"
+
+
 def format_text(r: DiffReport, verbose: bool = False) -> str:
     """For a terminal: one block per family, then the files."""
     t = r.totals()
@@ -278,6 +308,9 @@ def format_text(r: DiffReport, verbose: bool = False) -> str:
                 lines.append(f"  {sign} {cell}{detail} on {', '.join(archs)}: {n} specialization{'s' * (n != 1)}")
         for c in f.changes:
             lines.append(f"  {_change_text(c)}")
+        libs = [c for c in r.libraries if c.family == f.family]
+        if libs:
+            lines.append(f"  library keys changed: {'; '.join(_library_text(c) for c in libs)}")
         if f.invalidated:
             lines.append(f"  cache keys invalidated ({len(f.invalidated)}):")
             shown = f.invalidated if verbose or len(f.invalidated) <= 12 else f.invalidated[:10]
@@ -303,10 +336,10 @@ def format_markdown(r: DiffReport) -> str:
     out += [f"> {n}" for n in r.notes] + ([""] if r.notes else [])
     if not r:
         return "\n".join(out + ["No differences in specializations, cache keys or generated files.", ""])
-    out += ["| family | status | specializations added | removed | cache keys invalidated |",
-            "| --- | --- | --- | --- | --- |"]
-    out += [f"| `{f.family}` | {f.status} | {len(f.added)} | {len(f.removed)} | {len(f.invalidated)} |"
-            for f in r.families]
+    out += ["| family | status | specializations added | removed | cache keys invalidated | libraries rebuilt |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    out += [f"| `{f.family}` | {f.status} | {len(f.added)} | {len(f.removed)} | {len(f.invalidated)} | "
+            f"{sum(c.family == f.family for c in r.libraries)} |" for f in r.families]
     out += ["", f"Generated files: **{t['files_added']} added, {t['files_removed']} removed, "
                 f"{t['files_changed']} changed**; translation units: **+{t['units_added']} −{t['units_removed']}** "
                 f"({t['units_changed']} changed).", ""]

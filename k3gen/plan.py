@@ -1,23 +1,19 @@
-"""Resolve a validated spec into its plan: every specialization, its C++ spellings and cache key.
+"""Resolve a validated spec into its plan: every specialization, its identity and C++ spellings.
 
 Templates receive the plan, never the raw spec: C++ types, template arguments, switch keys, struct
-fields and gate expressions are all computed here, so templates only substitute and loop.
+fields and gate expressions are all computed here, so templates only substitute and loop. Cache
+keys are not computed here: they hash what is compiled, the rendered sources (k3gen.identity).
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jinja2
-import jinja2.meta
-
-from . import __version__, routing, spellings
+from . import routing, spellings
 from .dtypes import DTYPES
-from .errors import SpecErrors
+from .errors import SpecError, SpecErrors
 from .bounds import KEY_BITS
 from .exprs import Expr, parse_expr
 from .load import LoadedSpec
@@ -25,11 +21,6 @@ from .model import KernelSpec
 from .scopes import dim_scope, gate_scope, select_scope
 
 BACKENDS = ("cuda", "hip")
-# Part of every cache key; the runtime adds the compiler's own version string when it builds.
-TOOLCHAIN = {"cuda": "nvcc", "hip": "hip-clang"}
-# Templates every family renders (see k3gen.render); with the family's kernel.cuh.j2 they make its sources.
-COMMON_TEMPLATES = ["common/k3_backend.h.j2", "common/abi.h.j2", "common/variant.cu.j2", "common/dispatch.cu.j2",
-                    "common/host.py.j2", "common/test.py.j2"]
 
 
 @dataclass(frozen=True)
@@ -75,21 +66,19 @@ class Variant:
 
 @dataclass(frozen=True)
 class Specialization:
-    """A variant compiled for one arch: the unit of identity and caching."""
+    """A variant compiled for one arch: the unit of identity (its key: k3gen.identity)."""
 
     variant: Variant
     backend: str
     arch: str
     arch_flags: dict  # arch-derived flag -> bool
     identity: str
-    cache_key: str
 
 
 @dataclass
 class FamilyPlan:
     spec: KernelSpec
     file: str  # specs/NAME.yaml
-    spec_sha256: str
     variants: list[Variant]
     specializations: list[Specialization]
     excluded: list[tuple[dict, str]]  # (cell, reason)
@@ -103,10 +92,16 @@ class FamilyPlan:
     runners_file: str = ""
     dims: list[tuple[str, Expr]] = field(default_factory=list)  # in binding order
     selects: dict[str, Expr] = field(default_factory=dict)  # call-time flag -> its select expression
+    located: object = None  # the spec's yaml_lines.LocatedData: plan and render errors name its lines
 
     @property
     def name(self) -> str:
         return self.spec.kernel
+
+    def error(self, path: tuple, message: str) -> SpecError:
+        """A SpecError at the spec line of `path` (line 1 when the plan was built without a line map)."""
+        line = self.located.line_of(path) if self.located is not None else 1
+        return SpecError(self.file, line, self.name, ".".join(map(str, path)) or "<root>", message)
 
     def archs(self, backend: str) -> list[str]:
         return list(getattr(self.spec.targets, backend))
@@ -146,7 +141,7 @@ class FamilyPlan:
 
 def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
     plans = [resolve_family(ls, root) for ls in loaded]
-    _assert_unique_keys(plans)
+    _assert_unique_identities(plans)
     return plans
 
 
@@ -172,23 +167,11 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
         chosen = {**dtypes, **params}
         fast = s.fast_math is not None and all(chosen[k] in vs for k, vs in s.fast_math.when.items())
         variants.append(Variant(name, dtypes, params, flags, fast, _vector_elements(s, dtypes), key))
-    template_sha = _templates_sha256(root, s.template)
     specs = []
     for backend in BACKENDS:
-        # A routing family's tie order and sigmoid differ per backend: part of the key, never shared.
-        routing_key = routing.resolve(s, backend).key_params() if routing.declares_routing(s) else None
         for arch in getattr(s.targets, backend):
             aflags = {f: arch in (s.flags[f].archs or []) for f in arch_flags}
-            for v in variants:
-                identity = f"{v.name}__{arch}"
-                params = {"identity": identity, "dtypes": v.dtypes, "params": v.params, "flags": v.flags,
-                          "arch_flags": aflags, "constants": s.constants, "vec": v.vec, "fast_math": v.fast_math, "backend": backend,
-                          "arch": arch, "toolchain": TOOLCHAIN[backend], "k3gen": __version__,
-                          "templates": template_sha, "spec": _spec_sha(ls)}
-                if routing_key is not None:
-                    params["routing"] = routing_key
-                key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
-                specs.append(Specialization(v, backend, arch, aflags, identity, key))
+            specs += [Specialization(v, backend, arch, aflags, f"{v.name}__{arch}") for v in variants]
     excluded = [({a: c[a] for a in axes}, c["reason"]) for c in s.dtypes.exclude]
     scope = gate_scope(s)
     gates = [(parse_expr(g.check, scope), g.reason) for g in s.gates]
@@ -196,10 +179,10 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     dims = [(d, parse_expr(src, dim_scope(s, names[:i]))) for i, (d, src) in enumerate(s.signature.dims.items())]
     selects = {f: parse_expr(fl.select, select_scope(s)) for f, fl in s.flags.items() if fl.select is not None}
     runners = ls.runners.table.runners if ls.runners else []
-    return FamilyPlan(s, ls.file, _spec_sha(ls), variants, specs, excluded, gates, _arg_fields(s),
+    return FamilyPlan(s, ls.file, variants, specs, excluded, gates, _arg_fields(s),
                       [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
                       [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "",
-                      dims, selects)
+                      dims, selects, ls.located)
 
 
 def _vector_elements(s: KernelSpec, dtypes: dict) -> int:
@@ -222,44 +205,16 @@ def _arg_fields(s: KernelSpec) -> list[ArgField]:
     return fields
 
 
-def _spec_sha(ls: LoadedSpec) -> str:
-    return hashlib.sha256(ls.text.encode()).hexdigest()
-
-
-def _templates_sha256(root: Path, template: str) -> str:
-    """Hash of every template a family's sources are rendered from, fragments it includes too."""
-    h = hashlib.sha256()
-    for name in sorted(_template_closure(root, [*COMMON_TEMPLATES, f"{template}/kernel.cuh.j2"])):
-        h.update(name.encode() + b"\0" + (root / "templates" / name).read_bytes())
-    return h.hexdigest()
-
-
-def _template_closure(root: Path, names: list[str]) -> set[str]:
-    """The named templates and, transitively, every template they include, import or extend."""
-    env = jinja2.Environment()
-    seen: set[str] = set()
-    todo = list(names)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        source = (root / "templates" / name).read_text()
-        todo += [t for t in jinja2.meta.find_referenced_templates(env.parse(source)) if t]
-    return seen
-
-
-def _assert_unique_keys(plans: list[FamilyPlan]) -> None:
-    seen: dict[str, str] = {}
+def _assert_unique_identities(plans: list[FamilyPlan]) -> None:
+    """Identities name build folders, test ids and table rows: two specializations never share one.
+    (That their compiled code never shares a key is k3gen.identity's check, on the rendered sources.)"""
+    seen: dict[str, FamilyPlan] = {}
+    errors = []
     for p in plans:
         for sp in p.specializations:
-            if sp.cache_key in seen or sp.identity in seen.values():
-                raise SpecErrors([_located_dup(p, sp, seen.get(sp.cache_key, sp.identity))])
-            seen[sp.cache_key] = sp.identity
-
-
-def _located_dup(p: FamilyPlan, sp: Specialization, other: str):
-    from .errors import SpecError
-
-    return SpecError(p.file, 1, p.name, "kernel", f"specialization {sp.identity} collides with {other}; "
-                                                   "two variants must never share a binary")
+            if sp.identity in seen:
+                errors.append(p.error(("kernel",), f"specialization {sp.identity} is also one of "
+                                                   f"{seen[sp.identity].file}; rename one family"))
+            seen.setdefault(sp.identity, p)
+    if errors:
+        raise SpecErrors(errors)

@@ -23,6 +23,12 @@ def full_key(content_key: str, compiler_version: str) -> str:
     return hashlib.sha256(f"{content_key}\0{compiler_version}".encode()).hexdigest()
 
 
+def jit_entry_name(content_key: str, key: str) -> str:
+    """The JIT cache folder of a library: its content key first (what `k3gen list` shows), then the
+    cache key, which binds the compiler, so two compilers never share a folder."""
+    return f"{content_key[:32]}-{key[:16]}"
+
+
 def make_record(family: str, arch: str, content_key: str, compiler: str, compiler_version: str,
                 lib: Path, built_by: str) -> dict:
     return {"format": FORMAT, "family": family, "arch": arch, "key": full_key(content_key, compiler_version),
