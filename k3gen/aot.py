@@ -8,6 +8,9 @@ The output directory (default <project>/build/aot, where the runtime looks witho
     <family>/<arch>/lib.so                 one library per (family, arch)
     <family>/<arch>/k3gen-build.json       its record (k3gen.runtime.artifact): family, arch, the
                                            cache key the runtime computes, the library's sha256
+    compile_costs.json                     seconds and bytes of each unit and library built here
+                                           (k3gen.costs); --record-costs merges it into the
+                                           checked-in specs/compile_costs.json that `k3gen diff` reads
 
 The runtime loads <dir>/<family>/<arch>/lib.so only when the record's key is the one it computes
 from generated/ itself, so a stale build is never loaded. A record is written only for a library
@@ -48,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only these families (default: all)")
     p.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: $K3GEN_JOBS, else ninja's)")
     p.add_argument("--out", type=Path, help="output directory (default: <project>/build/aot)")
+    p.add_argument("--record-costs", action="store_true",
+                   help="also merge the measured compile seconds and bytes into the checked-in "
+                        "specs/compile_costs.json, which `k3gen diff` prices changes with")
 
 
 def _split(values: list[str]) -> list[str]:
@@ -118,6 +124,26 @@ def write_records(targets: list[Target], out: Path, all_built: bool) -> tuple[li
     return written, missing
 
 
+def record_costs(targets: list[Target], out: Path, root: Path | None, jobs) -> None:
+    """Measure what is built in `out` (k3gen.costs) into out/compile_costs.json; with a project root,
+    merge it into the checked-in table too."""
+    from . import costs
+    from .runtime.toolchain import compiler_version
+
+    def how(t: Target) -> str:
+        lines = compiler_version(t.compiler).splitlines()
+        version = next((ln for ln in lines if "version" in ln or "release" in ln), lines[0] if lines else "?")
+        return f"{version.strip()}; -j {jobs or 'ninja default'} on {os.cpu_count()} cores"
+
+    measured = costs.measure(out, targets, {t.request.arch: how(t) for t in targets})
+    local = out / "compile_costs.json"
+    costs.save(local, costs.load(local, str(local)).merge(measured))
+    if root is not None:
+        table = root / costs.TABLE
+        if costs.save(table, costs.load(table).merge(measured)):
+            print(f"k3gen compile: recorded the compile costs of {len(targets)} libraries in {costs.TABLE}")
+
+
 def compile_matrix(plans: list, root: Path, args) -> int:
     """Build, print a summary; 0 when every library has its record, 1 otherwise, 2 for bad arguments."""
     from .runtime import ninja
@@ -142,6 +168,7 @@ def compile_matrix(plans: list, root: Path, args) -> int:
         sys.stdout.flush()  # ninja writes to the same terminal: keep our lines in order
         proc = ninja.run(out, jobs, capture=False, keep_going=True)
         written, missing = write_records(targets, out, proc.returncode == 0)
+        record_costs(targets, out, root if args.record_costs else None, jobs)
     where = "" if args.out is None else f"; set K3GEN_AOT_DIR={out} for the runtime to find it"
     print(f"k3gen compile: {len(targets) - len(missing)}/{len(targets)} libraries up to date in {out} "
           f"({len(written)} records written, {time.perf_counter() - start:.1f}s){where}")

@@ -1,8 +1,9 @@
 """The k3gen command: build, check, list, validate, schema, compile, diff, new.
 
 Flow: load (k3gen.load) → resolve (k3gen.plan) → render (k3gen.render) → write (k3gen.write).
-Exit codes: 0 ok, 1 generated/ is stale (check) or a library failed to build (compile) or diff cannot
-read its revision, 2 spec errors (or a name `new` refuses).
+Exit codes: 0 ok; 1 generated/ is stale or a budget is exceeded (check, diff --check-budget), a
+library failed to build (compile), or diff cannot read its revision; 2 spec errors, a malformed cost
+table, or a name `new` refuses.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from .costs import CostTableError
 from .errors import SpecErrors
 from .write import GeneratedTreeError
 
@@ -60,14 +62,22 @@ def cmd_build(root: Path, args) -> int:
 
 
 def cmd_check(root: Path, args) -> int:
+    from . import costs
+    from .identity import libraries
+    from .pricing import over_budget
     from .write import drift
 
-    _, files = _render(root)
+    plans, files = _render(root)
     diff = drift(files, root / "generated")
+    budget = over_budget(plans, libraries(plans, files), costs.load(root / costs.TABLE))
     if diff:
         sys.stdout.write(diff)
         print("\nk3gen check: generated/ does not match specs/ and templates/ (stale or edited by hand).\n"
               "Fix: run `k3gen build` and commit generated/.", file=sys.stderr)
+    if budget:
+        print(f"k3gen check: over budget (priced from {costs.TABLE}):\n" + "\n".join(f"  {e}" for e in budget),
+              file=sys.stderr)
+    if diff or budget:
         return 1
     print("k3gen check: generated/ is up to date")
     return 0
@@ -124,6 +134,9 @@ def cmd_diff(root: Path, args) -> int:
         print(exc, file=sys.stderr)
         return 1
     sys.stdout.write(FORMATS[args.format](report))
+    if args.check_budget and report.over_budget:
+        print("k3gen diff: over budget:\n" + "\n".join(f"  {e}" for e in report.over_budget), file=sys.stderr)
+        return 1
     return 0  # differences are what a review wants to see, not a failure
 
 
@@ -151,7 +164,7 @@ def cmd_schema(root: Path | None, args) -> int:
 
 COMMANDS = {
     "build": (cmd_build, "render specs/ into generated/ (writes only changed files)"),
-    "check": (cmd_check, "exit 1 with a diff when generated/ is stale or edited by hand"),
+    "check": (cmd_check, "exit 1 with a diff when generated/ is stale or edited by hand, or over a spec's budget"),
     "list": (cmd_list, "the specialization table: identity, backend, params, unit key, library key"),
     "validate": (cmd_validate, "load and check the specs; print every error"),
     "schema": (cmd_schema, "print the JSON Schema of a spec file (for editors)"),
@@ -176,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   "HEAD and main; HEAD on main)")
             p.add_argument("--format", choices=["text", "markdown", "json"], default="text",
                            help="text for a terminal, markdown for a PR comment, json for tools")
+            p.add_argument("--check-budget", action="store_true",
+                           help="exit 1 when a family of the work tree exceeds its spec's budget")
         if name == "new":
             p.add_argument("name", help="family name, lower_snake_case")
         if name == "compile":
@@ -192,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpecErrors as exc:
         print(exc.render(), file=sys.stderr)
         return 2
-    except GeneratedTreeError as exc:
+    except (GeneratedTreeError, CostTableError) as exc:
         print(f"k3gen {args.command}: {exc}", file=sys.stderr)
         return 2
 

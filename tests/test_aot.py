@@ -77,9 +77,10 @@ def test_compile_builds_the_matrix_once_and_the_runtime_takes_it(fake_cc, proj, 
     assert not (proj.parent / "cache").exists()
 
 
-def test_each_record_holds_the_library_key_k3gen_list_shows(fake_cc, proj):
+def test_each_record_holds_the_library_key_k3gen_list_shows_and_the_costs_are_measured(fake_cc, proj):
     import json
 
+    from k3gen.costs import TABLE, load
     from k3gen.identity import libraries
     from k3gen.load import load_specs
     from k3gen.plan import resolve_all
@@ -92,6 +93,15 @@ def test_each_record_holds_the_library_key_k3gen_list_shows(fake_cc, proj):
         for arch in CUDA_ARCHS:
             record = json.loads((proj / "aot" / family / arch / RECORD).read_text())
             assert record["content_key"] == libs[(family, arch)].key
+    table = load(proj / "aot" / "compile_costs.json")
+    for (family, arch), lib in libs.items():
+        if arch in CUDA_ARCHS:
+            assert {f"{family}/{u.file}" for u in lib.units} <= table.units[arch].keys()
+            assert table.libraries[arch][family]["bytes"] == (proj / "aot" / family / arch / LIB).stat().st_size
+    assert "fake-cc release 1.0" in table.measured["sm_90a"]
+    assert not (proj / TABLE).exists()  # the checked-in table changes only when asked
+    assert compile_(proj, "--record-costs") == 0
+    assert load(proj / TABLE).units == table.units
 
 
 def test_compile_and_the_runtime_agree_on_every_key_of_the_real_matrix(fake_cc):
