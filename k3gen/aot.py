@@ -27,7 +27,7 @@ from pathlib import Path
 
 
 class CompileUsageError(ValueError):
-    """An --arch or --family that the specs do not declare."""
+    """An --arch that the chosen families do not declare."""
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,10 @@ def _split(values: list[str]) -> list[str]:
 
 def select(plans: list, archs: list[str], families: list[str]) -> list[tuple[object, str]]:
     """(plan, arch) pairs to build: the named families (all by default) × the named archs each declares."""
+    from .errors import UnknownFamilyError
+
     by_name = {p.name: p for p in plans}
-    if unknown := [f for f in families if f not in by_name]:
-        raise CompileUsageError(f"unknown family {', '.join(unknown)}; known: {', '.join(by_name)}")
+    UnknownFamilyError.check(families, list(by_name))
     chosen = [by_name[f] for f in families] if families else plans
     declared = {a: b for p in chosen for b in p.backends for a in p.archs(b)}
     if unknown := [a for a in archs if a not in declared]:

@@ -122,11 +122,16 @@ class DiffReport:
 
 def compare(old: list[FamilyPlan], new: list[FamilyPlan], old_files: dict[str, str], new_files: dict[str, str],
             base: str = "base", head: str = "work tree", notes: list[str] | None = None,
-            table: costs.CostTable | None = None, table_name: str = costs.TABLE) -> DiffReport:
+            table: costs.CostTable | None = None, table_name: str = costs.TABLE,
+            only: set[str] | None = None) -> DiffReport:
     """The report of going from (old plans, old rendered files) to (new plans, new rendered files).
 
-    table: the compile-cost table that prices the change (none: every unit estimated at 0 s).
+    table: the compile-cost table that prices the change (none: every unit estimated at 0 s);
+    only: report these families alone (their files, libraries and price).
     """
+    if only is not None:
+        old, new = [p for p in old if p.name in only], [p for p in new if p.name in only]
+        old_files, new_files = _files_of(old_files, only), _files_of(new_files, only)
     table = table or costs.CostTable()
     old_libs, new_libs = identity.libraries(old, old_files), identity.libraries(new, new_files)
     okeys, nkeys = identity.unit_keys(old_libs), identity.unit_keys(new_libs)
@@ -145,6 +150,15 @@ def compare(old: list[FamilyPlan], new: list[FamilyPlan], old_files: dict[str, s
                       sorted(olds.keys() - news.keys()), families, added, removed, changed, list(notes or []),
                       _library_changes(old_libs, new_libs), price(old_libs, new_libs, table, table_name),
                       [str(e) for e in over_budget(new, new_libs, table)])
+
+
+def _files_of(files: dict[str, str], families: set[str]) -> dict[str, str]:
+    """The rendered files that belong to these families alone (not the shared index, MANIFEST, ...)."""
+    def mine(path: str) -> bool:
+        return any(path.startswith(f"k3kernels/csrc/{f}/") or path in (f"k3kernels/{f}.py", f"tests/test_{f}.py",
+                                                                         f"docs/{f}.md") for f in families)
+
+    return {p: t for p, t in files.items() if mine(p) or p == "k3kernels/csrc/k3_backend.h"}
 
 
 def _library_changes(old: list[identity.Library], new: list[identity.Library]) -> list[LibraryChange]:
@@ -511,11 +525,12 @@ def export_rev(root: Path, rev: str, dest: Path) -> tuple[Path, str]:
     return dest / prefix, short
 
 
-def diff_rev(root: Path, rev: str | None = None) -> DiffReport:
+def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = None) -> DiffReport:
     """Render rev (default: default_rev) and the work tree with this k3gen; compare them, priced by
-    the work tree's compile-cost table (k3gen.costs.TABLE).
+    the work tree's compile-cost table (k3gen.costs.TABLE). `families`: report only these.
 
-    Raises SpecErrors (files named `REV:specs/x.yaml` for rev's), CostTableError and DiffError.
+    Raises SpecErrors (files named `REV:specs/x.yaml` for rev's), UnknownFamilyError, CostTableError
+    and DiffError.
     """
     import shutil
     import tempfile
@@ -523,7 +538,7 @@ def diff_rev(root: Path, rev: str | None = None) -> DiffReport:
 
     import jinja2
 
-    from .errors import SpecErrors
+    from .errors import SpecErrors, UnknownFamilyError
     from .load import load_specs
     from .plan import resolve_all
     from .render import render_all
@@ -553,9 +568,14 @@ def diff_rev(root: Path, rev: str | None = None) -> DiffReport:
             raise SpecErrors([replace(e, file=f"{short}:{e.file}") for e in exc.errors]) from None
         try:
             old_files = with_manifest(render_all(old_plans, old_root))
+        except SpecErrors as exc:  # a located render error: a template at rev this k3gen cannot render
+            raise SpecErrors([replace(e, file=f"{short}:{e.file}") for e in exc.errors]) from None
         except jinja2.TemplateError as exc:
             raise DiffError(f"k3gen diff: the templates at {short} do not render with this k3gen: {exc}") from None
+    if families:
+        known = sorted({p.name for p in (*old_plans, *new_plans)})
+        UnknownFamilyError.check(families, known)
     base = f"{rev} ({short})" if how == "rev" and rev != short else f"{how} ({short})" if how != "rev" else short
     notes = [f"templates not at {short}, taken from the work tree: {', '.join(borrowed)}"] if borrowed else []
     return compare(old_plans, new_plans, old_files, new_files, base=base, head="work tree", notes=notes,
-                   table=table)
+                   table=table, only=set(families) if families else None)

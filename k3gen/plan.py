@@ -140,7 +140,16 @@ class FamilyPlan:
 
 
 def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
-    plans = [resolve_family(ls, root) for ls in loaded]
+    """Every spec's plan; raise SpecErrors with every spec that cannot be resolved, located."""
+    plans, errors = [], []
+    for ls in loaded:
+        try:
+            plans.append(resolve_family(ls, root))
+        except (KeyError, ValueError, TypeError, IndexError) as exc:  # the loader's checks let it through
+            errors.append(ls.error(("kernel",), f"k3gen cannot resolve this spec ({type(exc).__name__}: {exc}); "
+                                                "a rule k3gen.spec_checks lacks: report it with this spec"))
+    if errors:
+        raise SpecErrors(errors)
     _assert_unique_identities(plans)
     return plans
 

@@ -11,6 +11,7 @@ import jinja2
 
 from . import docs, escape, routing
 from .bounds import KEY_BITS
+from .errors import SpecError, SpecErrors
 from .plan import FamilyPlan
 from .spellings import (cpp_constants, dtype_bindings, host_tensors, matrix_text, torch_dtype, variant_keys,
                         wrapper_signature)
@@ -50,13 +51,39 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
         files[path] = text
 
     put("k3kernels/csrc/k3_backend.h", _render(env, "common/k3_backend.h.j2", None))
+    errors = []
     for p in plans:
-        for path, text in render_family(env, p).items():
+        try:
+            rendered = {**render_family(env, p), **render_doc(env, p)}
+        except (jinja2.TemplateError, KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+            errors.append(located(p, exc, root))
+            continue
+        for path, text in rendered.items():
             put(path, text)
+    if errors:  # every family that failed, each at its spec's `template:` line, naming the template line
+        raise SpecErrors(errors)
     put("k3kernels/__init__.py", _render(env, "common/package_init.py.j2", None, plans=plans))
-    for path, text in render_docs(env, plans).items():
-        put(path, text)
+    put("docs/README.md", _render(env, "common/docs_index.md.j2", None, families=docs.index_table(plans),
+                                  legend=docs.arch_legend(docs.declared_archs(plans))))
     return files
+
+
+def located(p: FamilyPlan, exc: Exception, root: Path) -> SpecError:
+    """A render failure as a spec error: the spec's `template:` line, the template file and line."""
+    where = None
+    if isinstance(exc, jinja2.TemplateSyntaxError) and exc.name:
+        where = f"templates/{exc.name}:{exc.lineno}"
+    tb = exc.__traceback__
+    while tb is not None:  # jinja2 maps template code to template lines: the innermost .j2 frame is it
+        name = tb.tb_frame.f_code.co_filename
+        if name.endswith(".j2"):
+            path = Path(name)
+            shown = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+            where = f"{shown}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return p.error(("template",), f"rendering {where or 'its templates'} failed: {type(exc).__name__}: {exc}; "
+                                  "the spec asks for something the template does not support, or the template "
+                                  "has a bug")
 
 
 def kernel_sources(p: FamilyPlan, backend: str) -> list[str]:
@@ -100,13 +127,9 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     return out
 
 
-def render_docs(env: jinja2.Environment, plans: list[FamilyPlan]) -> dict[str, str]:
-    """generated/docs/: one reference page per family and an index; k3gen.docs computes the tables."""
-    out = {f"docs/{p.name}.md": _render(env, "common/doc.md.j2", p, p=p, spec=p.spec, doc=docs.family_doc(p))
-           for p in plans}
-    out["docs/README.md"] = _render(env, "common/docs_index.md.j2", None, families=docs.index_table(plans),
-                                    legend=docs.arch_legend(docs.declared_archs(plans)))
-    return out
+def render_doc(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
+    """generated/docs/<family>.md; k3gen.docs computes its tables (the index: render_all)."""
+    return {f"docs/{p.name}.md": _render(env, "common/doc.md.j2", p, p=p, spec=p.spec, doc=docs.family_doc(p))}
 
 
 def pointer_tensors(p: FamilyPlan) -> list[str]:

@@ -227,7 +227,7 @@ def test_selection_by_family_and_arch(fake_cc, proj):
 
 @pytest.mark.parametrize("args, message", [
     (["--arch", "sm_80"], "arch sm_80 is declared by none of route_topk, situ_and_mul; declared: sm_90a, sm_100a, gfx942"),
-    (["--family", "nope"], "unknown family nope; known: "),
+    (["--family", "nope"], "k3gen compile: unknown family 'nope'; families: route_topk, situ_and_mul"),
 ])
 def test_bad_selections_exit_2_naming_what_is_declared(fake_cc, proj, capfd, args, message):
     assert compile_(proj, *args) == 2

@@ -270,6 +270,15 @@ def test_a_budget_fails_check_and_diff_check_budget_naming_family_and_numbers(ch
     assert main(["--root", str(changed), "diff", "--check-budget"]) == 0
 
 
+def test_diff_of_one_family_and_an_unknown_family(changed: Path, capsys):
+    assert main(["--root", str(changed), "diff", "--family", "situ_and_mul", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [f["family"] for f in data["families"]] == ["situ_and_mul"]
+    assert "generated/MANIFEST" not in data["files_changed"]  # shared files belong to no one family
+    assert main(["--root", str(changed), "diff", "--family", "nosuch"]) == 2
+    assert capsys.readouterr().err == "k3gen diff: unknown family 'nosuch'; families: situ_and_mul\n"
+
+
 @pytest.mark.parametrize("budget, message", [
     ("budget: {units_per_arch: \"10\"}", "budget.units_per_arch): expected an integer; got '10'"),
     ("budget: {units_per_arch: 0}", "budget.units_per_arch): 0 is not a budget; give a positive integer"),
