@@ -201,7 +201,7 @@ def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
     out += _keyed("exclusion", _exclusions(old), _exclusions(new), str)
     out += _keyed("default", {k: d.map for k, d in a.dtypes.defaults.items()},
                   {k: d.map for k, d in b.dtypes.defaults.items()},
-                  lambda m: ", ".join(f"{s} → {t}" for s, t in m.items()))
+                  lambda m: "{" + ", ".join(f"{s}: {t}" for s, t in m.items()) + "}")  # as the spec writes it: → is old → new
     out += _keyed("gate", {g.source: r for g, r in old.gates}, {g.source: r for g, r in new.gates}, str)
     out += _keyed("constant", a.constants, b.constants, repr)
     if a.tie_order != b.tie_order:
@@ -325,7 +325,7 @@ def _bytes_text(p: Price) -> str:
 
 
 def _estimated_text(p: Price) -> str:
-    return f"{p.estimated} estimated" if p.estimated else "measured"
+    return f"{p.estimated} of {p.units} units estimated" if p.estimated else "measured"
 
 
 def price_rows(r: DiffReport, minus: str = "-") -> list[list[str]]:

@@ -29,7 +29,7 @@ class Price:
     seconds: float = 0.0  # compile seconds of the units added and changed (on one core)
     bytes_old: int = 0
     bytes_new: int = 0
-    estimated: int = 0  # units priced at a median (not in the table)
+    estimated: int = 0  # units after the change priced at a median (not in the table)
     estimated_units: list[str] = field(default_factory=list)  # "family/unit" of those, sorted
 
     def add(self, other: Price) -> None:
@@ -75,7 +75,7 @@ def _price_library(old: Library | None, new: Library | None, table: CostTable, f
     compiled = [table.unit(family, arch, f) for f in (*added, *changed)]
     bytes_old, _ = table.library_bytes(family, arch, list(o)) if o else (0, 0)
     bytes_new, _ = table.library_bytes(family, arch, list(n)) if n else (0, 0)
-    guessed = sorted({f"{family}/{f}" for f in (*n, *o) if table.unit(family, arch, f).estimated})
+    guessed = sorted(f"{family}/{f}" for f in n if table.unit(family, arch, f).estimated)  # of the units after
     is_spec = lambda f: not f.startswith("dispatch.")  # noqa: E731 - one unit per specialization but the dispatch
     return Price(specializations_added=sum(map(is_spec, added)), specializations_removed=sum(map(is_spec, removed)),
                  units_added=len(added), units_removed=len(removed), units_changed=len(changed), units=len(n),
