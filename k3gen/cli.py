@@ -190,7 +190,8 @@ COMMANDS = {
 
 
 def _add_family(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--family", action="extend", nargs="+", default=[], metavar="NAME",
+    # one value per flag (comma-separated, or the flag repeated), so `diff --family F REV` keeps REV
+    p.add_argument("--family", action="append", default=[], metavar="NAME[,NAME]",
                    help=f"{what} (comma-separated or repeated; an unknown name exits 2 listing the families)")
 
 

@@ -56,8 +56,8 @@ class CostTable:
 
     def merge(self, other: CostTable) -> CostTable:
         """This table with every entry `other` measured put over it."""
-        out = CostTable({a: dict(u) for a, u in self.units.items()}, {a: dict(lib) for a, lib in self.libraries.items()},
-                        dict(self.measured))
+        out = CostTable({a: dict(u) for a, u in self.units.items()},
+                        {a: dict(lib) for a, lib in self.libraries.items()}, dict(self.measured))
         for arch, units in other.units.items():
             out.units.setdefault(arch, {}).update(units)
         for arch, libs in other.libraries.items():
@@ -87,7 +87,8 @@ class CostTable:
             return max(0, recorded["bytes"] + total - recorded["unit_bytes"]), guessed
         # Not measured: its objects plus what linking adds to the libraries that were (the runtime
         # linked in), on this arch if any were measured there.
-        for pool in (self.libraries.get(arch, {}).values(), [e for libs in self.libraries.values() for e in libs.values()]):
+        everywhere = [e for libs in self.libraries.values() for e in libs.values()]
+        for pool in (list(self.libraries.get(arch, {}).values()), everywhere):
             if pool:
                 return total + int(statistics.median(e["bytes"] - e["unit_bytes"] for e in pool)), guessed
         return total, guessed

@@ -165,8 +165,8 @@ def _library_changes(old: list[identity.Library], new: list[identity.Library]) -
     o = {(lib.family, lib.arch): lib.key for lib in old}
     n = {(lib.family, lib.arch): lib.key for lib in new}
     keys = list(dict.fromkeys([*n, *o]))
-    return [LibraryChange(f, a, o.get((f, a)), n.get((f, a))) for f, a in sorted(keys, key=lambda k: (k[0], keys.index(k)))
-            if o.get((f, a)) != n.get((f, a))]
+    ordered = sorted(keys, key=lambda k: (k[0], keys.index(k)))  # by family, archs as the specs list them
+    return [LibraryChange(f, a, o.get((f, a)), n.get((f, a))) for f, a in ordered if o.get((f, a)) != n.get((f, a))]
 
 
 def _ref(sp: Specialization, keys: dict[str, str]) -> SpecializationRef:
@@ -201,7 +201,8 @@ def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
     out += _keyed("exclusion", _exclusions(old), _exclusions(new), str)
     out += _keyed("default", {k: d.map for k, d in a.dtypes.defaults.items()},
                   {k: d.map for k, d in b.dtypes.defaults.items()},
-                  lambda m: "{" + ", ".join(f"{s}: {t}" for s, t in m.items()) + "}")  # as the spec writes it: → is old → new
+                  # as the spec writes it, so that → means old → new only
+                  lambda m: "{" + ", ".join(f"{s}: {t}" for s, t in m.items()) + "}")
     out += _keyed("gate", {g.source: r for g, r in old.gates}, {g.source: r for g, r in new.gates}, str)
     out += _keyed("constant", a.constants, b.constants, repr)
     if a.tie_order != b.tie_order:

@@ -70,8 +70,9 @@ def libraries(plans: list[FamilyPlan], files: dict[str, str]) -> list[Library]:
                 req = request_for(p, arch, Path(CSRC_PLACEHOLDER))
                 ids = {f"{sp.variant.name}.{TU_EXT[backend]}": sp.identity for sp in p.specializations
                        if sp.arch == arch}
-                units = tuple(Unit(src, ids.get(src, f"{p.name}__dispatch__{arch}"),
-                                   replace(req, sources=(src,), headers=_included(files, p.name, src)).content_key(read))
+                alone = {src: replace(req, sources=(src,), headers=_included(files, p.name, src))
+                         for src in req.sources}
+                units = tuple(Unit(src, ids.get(src, f"{p.name}__dispatch__{arch}"), alone[src].content_key(read))
                               for src in req.sources)
                 out.append(Library(p.name, arch, backend, req.content_key(read), units))
     return out

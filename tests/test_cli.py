@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from k3gen.cli import COMMANDS, main
+from k3gen.cli import COMMANDS, main, make_parser
 from support import ROOT, SPEC_FILE, copy_project
 
 
@@ -19,7 +19,7 @@ def test_every_command_has_a_description_and_an_example(command, capsys):
     help_line = COMMANDS[command][1]
     assert f"k3gen {command}: {help_line}." in " ".join(out.split())
     examples = out.split("\nexample", 1)[1]
-    assert f"  k3gen {command}" in examples or f"  k3gen --root" in examples
+    assert f"  k3gen {command}" in examples or "  k3gen --root" in examples
 
 
 def test_the_top_level_help_lists_every_command(capsys):
@@ -59,3 +59,8 @@ def test_importing_a_family_without_torch_says_how_to_install_it():
     assert done.stderr.strip().splitlines()[-1] == (
         "ModuleNotFoundError: k3kernels needs torch, which is not installed here; from the k3gen checkout run "
         "pip install -e '.[runtime]' (torch and ninja)")
+
+
+def test_diff_family_leaves_the_revision_alone():
+    args = make_parser().parse_args(["diff", "--family", "a,b", "HEAD~1", "--family", "c"])
+    assert (args.rev, args.family) == ("HEAD~1", ["a,b", "c"])

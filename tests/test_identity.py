@@ -63,7 +63,8 @@ NO_OP = {
         ("targets:\n  cuda: [sm_90a, sm_100a]\n  hip: [gfx942, gfx950]\n",
          "targets: {cuda: [sm_90a, sm_100a], hip: [gfx942, gfx950]}\n"),
         ("vector: {bytes: 16}", "vector:\n  bytes: 16\n"),
-        ("  dims: {M: \"x.shape[0]\", D: \"x.shape[1] // 2\"}\n", "  dims:\n    M: x.shape[0]\n    D: x.shape[1] // 2\n"),
+        ("  dims: {M: \"x.shape[0]\", D: \"x.shape[1] // 2\"}\n",
+         "  dims:\n    M: x.shape[0]\n    D: x.shape[1] // 2\n"),
         ("  layouts: [dense, strided]\n", "  layouts:\n    - dense\n    - 'strided'\n")),
     "quoting": replaced(("kernel: situ_and_mul\n", "kernel: \"situ_and_mul\"\n"),
                         ("template: situ_and_mul\n", "template: 'situ_and_mul'\n")),
@@ -133,9 +134,10 @@ def test_a_new_dtype_cell_compiles_its_units_and_the_dispatch_only(base, edited)
                                "a runner dtype\"}\n", "")))
     for key, lib in base[2].items():
         old, new = {u.file: u.key for u in lib.units}, {u.file: u.key for u in libs[key].units}
-        assert [f for f in new if f not in old] == [f"{FAMILY}__in_fp32__out_fp16__has_linear_beta_{b}.{f.split('.')[-1]}"
-                                                     for b, f in (("off", lib.units[0].file), ("on", lib.units[0].file))]
-        assert [f for f in old if old[f] != new[f]] == [f"dispatch.{lib.units[0].file.split('.')[-1]}"]
+        ext = lib.units[0].file.rsplit(".", 1)[1]
+        assert [f for f in new if f not in old] == [f"{FAMILY}__in_fp32__out_fp16__has_linear_beta_{b}.{ext}"
+                                                     for b in ("off", "on")]
+        assert [f for f in old if old[f] != new[f]] == [f"dispatch.{ext}"]
 
 
 def test_a_template_edit_changes_the_units_whose_bytes_change(base, tmp_path):
