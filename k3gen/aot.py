@@ -8,6 +8,9 @@ The output directory (default <project>/build/aot, where the runtime looks witho
     <family>/<arch>/lib.so                 one library per (family, arch)
     <family>/<arch>/k3gen-build.json       its record (k3gen.runtime.artifact): family, arch, the
                                            cache key the runtime computes, the library's sha256
+    compile_costs.json                     seconds and bytes of each unit and library built here
+                                           (k3gen.costs); --record-costs merges it into the
+                                           checked-in specs/compile_costs.json that `k3gen diff` reads
 
 The runtime loads <dir>/<family>/<arch>/lib.so only when the record's key is the one it computes
 from generated/ itself, so a stale build is never loaded. A record is written only for a library
@@ -16,8 +19,6 @@ that ninja reports up to date, and only if the sources hash as they did before t
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import os
 import sys
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 
 
 class CompileUsageError(ValueError):
-    """An --arch or --family that the specs do not declare."""
+    """An --arch that the chosen families do not declare."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="only these families (default: all)")
     p.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: $K3GEN_JOBS, else ninja's)")
     p.add_argument("--out", type=Path, help="output directory (default: <project>/build/aot)")
+    p.add_argument("--record-costs", action="store_true",
+                   help="also merge the measured compile seconds and bytes into the checked-in "
+                        "specs/compile_costs.json, which `k3gen diff` prices changes with")
 
 
 def _split(values: list[str]) -> list[str]:
@@ -58,9 +62,10 @@ def _split(values: list[str]) -> list[str]:
 
 def select(plans: list, archs: list[str], families: list[str]) -> list[tuple[object, str]]:
     """(plan, arch) pairs to build: the named families (all by default) × the named archs each declares."""
+    from .errors import UnknownFamilyError
+
     by_name = {p.name: p for p in plans}
-    if unknown := [f for f in families if f not in by_name]:
-        raise CompileUsageError(f"unknown family {', '.join(unknown)}; known: {', '.join(by_name)}")
+    UnknownFamilyError.check(families, list(by_name))
     chosen = [by_name[f] for f in families] if families else plans
     declared = {a: b for p in chosen for b in p.backends for a in p.archs(b)}
     if unknown := [a for a in archs if a not in declared]:
@@ -73,21 +78,19 @@ def select(plans: list, archs: list[str], families: list[str]) -> list[tuple[obj
 
 def targets_for(pairs: list[tuple[object, str]], csrc: Path) -> list[Target]:
     """The same BuildRequest the generated wrapper's FamilyModule.request(arch) makes, so equal keys."""
-    from .render import kernel_headers, kernel_sources
-    from .runtime.cache import BuildRequest
-    from .runtime.toolchain import backend_of, find_compiler
+    from .identity import request_for
+    from .runtime.toolchain import find_compiler
 
     out = []
     for p, arch in pairs:
-        backend = backend_of(arch)
-        req = BuildRequest(p.name, arch, csrc, tuple(kernel_sources(p, backend)),
-                           tuple(kernel_headers(p, backend)), tuple(p.arch_defines(arch)))
-        out.append(Target(req, find_compiler(backend), req.content_key()))
+        req = request_for(p, arch, csrc)
+        out.append(Target(req, find_compiler(req.backend), req.content_key()))
     return out
 
 
 def write_build(targets: list[Target], out: Path) -> Path:
     from .runtime import ninja
+    from .runtime.files import write_if_changed
 
     lines = [ninja.RULES]
     for t in targets:
@@ -96,7 +99,7 @@ def write_build(targets: list[Target], out: Path) -> Path:
         edges, _ = ninja.library_edges(srcs, t.compiler, *req.flags(), f"{t.entry}/", t.entry)
         lines += edges
     path = out / "build.ninja"
-    ninja.write_if_changed(path, "\n".join(lines))
+    write_if_changed(path, "\n".join(lines))  # the same bytes keep a rerun a true no-op
     return path
 
 
@@ -122,18 +125,31 @@ def write_records(targets: list[Target], out: Path, all_built: bool) -> tuple[li
     return written, missing
 
 
-@contextlib.contextmanager
-def _exclusive(out: Path):
-    """Two compiles into one directory would race on ninja's state and on the records."""
-    with open(out / ".k3gen-compile.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
+def record_costs(targets: list[Target], out: Path, root: Path | None, jobs) -> None:
+    """Measure what is built in `out` (k3gen.costs) into out/compile_costs.json; with a project root,
+    merge it into the checked-in table too."""
+    from . import costs
+    from .runtime.toolchain import compiler_version
+
+    def how(t: Target) -> str:
+        lines = compiler_version(t.compiler).splitlines()
+        version = next((ln for ln in lines if "version" in ln or "release" in ln), lines[0] if lines else "?")
+        return f"{version.strip()}; -j {jobs or 'ninja default'} on {os.cpu_count()} cores"
+
+    measured = costs.measure(out, targets, {t.request.arch: how(t) for t in targets})
+    local = out / "compile_costs.json"
+    costs.save(local, costs.load(local, str(local)).merge(measured))
+    if root is not None:
+        table = root / costs.TABLE
+        if costs.save(table, costs.load(table).merge(measured)):
+            print(f"k3gen compile: recorded the compile costs of {len(targets)} libraries in {costs.TABLE}")
 
 
 def compile_matrix(plans: list, root: Path, args) -> int:
     """Build, print a summary; 0 when every library has its record, 1 otherwise, 2 for bad arguments."""
     from .runtime import ninja
     from .runtime.errors import K3BuildError
+    from .runtime.files import locked
 
     start = time.perf_counter()
     try:
@@ -148,11 +164,12 @@ def compile_matrix(plans: list, root: Path, args) -> int:
     out = (args.out or root / "build" / "aot").resolve()
     out.mkdir(parents=True, exist_ok=True)
     jobs = args.jobs or os.environ.get("K3GEN_JOBS")
-    with _exclusive(out):
+    with locked(out / ".k3gen-compile.lock"):  # two compiles into one directory would race on ninja's state
         write_build(targets, out)
         sys.stdout.flush()  # ninja writes to the same terminal: keep our lines in order
         proc = ninja.run(out, jobs, capture=False, keep_going=True)
         written, missing = write_records(targets, out, proc.returncode == 0)
+        record_costs(targets, out, root if args.record_costs else None, jobs)
     where = "" if args.out is None else f"; set K3GEN_AOT_DIR={out} for the runtime to find it"
     print(f"k3gen compile: {len(targets) - len(missing)}/{len(targets)} libraries up to date in {out} "
           f"({len(written)} records written, {time.perf_counter() - start:.1f}s){where}")

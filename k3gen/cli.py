@@ -1,8 +1,9 @@
 """The k3gen command: build, check, list, validate, schema, compile, diff, new.
 
-Flow: load (k3gen.load) → resolve (k3gen.plan) → render (k3gen.render) → write (k3gen.write).
-Exit codes: 0 ok, 1 generated/ is stale (check) or a library failed to build (compile) or diff cannot
-read its revision, 2 spec errors (or a name `new` refuses).
+Flow: load (k3gen.load) → resolve (k3gen.plan) → render (k3gen.render) → key (k3gen.identity) →
+write (k3gen.write). Exit codes: 0 ok; 1 generated/ is stale or a budget is exceeded (check, diff
+--check-budget), a library failed to build (compile), or diff cannot read its revision; 2 spec
+errors, an unknown family or arch, a malformed cost table, or a name `new` refuses.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import SpecErrors
+from .costs import CostTableError
+from .errors import SpecErrors, UnknownFamilyError
 from .write import GeneratedTreeError
 
 
@@ -32,17 +34,25 @@ def _plans(root: Path):
 
 
 def _render(root: Path):
+    """The plans, the rendered files and the libraries with their keys, checked unique (k3gen.identity)."""
+    from .identity import keyed
     from .render import render_all
 
     plans = _plans(root)
-    return plans, render_all(plans, root)
+    files = render_all(plans, root)
+    return plans, files, keyed(plans, files)
+
+
+def _families(values: list[str]) -> list[str]:
+    """--family a,b --family c: the names in order, once each."""
+    return list(dict.fromkeys(v for item in values for v in item.split(",") if v))
 
 
 def cmd_build(root: Path, args) -> int:
     from .write import write_files
 
     start = time.perf_counter()
-    plans, files = _render(root)
+    plans, files, _ = _render(root)
     changes = write_files(files, root / "generated")
     for f in changes.written:
         print(f"  wrote   generated/{f}")
@@ -56,25 +66,44 @@ def cmd_build(root: Path, args) -> int:
 
 
 def cmd_check(root: Path, args) -> int:
+    from . import costs
+    from .pricing import over_budget
     from .write import drift
 
-    _, files = _render(root)
+    plans, files, libs = _render(root)
     diff = drift(files, root / "generated")
+    budget = over_budget(plans, libs, costs.load(root / costs.TABLE))
     if diff:
         sys.stdout.write(diff)
         print("\nk3gen check: generated/ does not match specs/ and templates/ (stale or edited by hand).\n"
               "Fix: run `k3gen build` and commit generated/.", file=sys.stderr)
+    if budget:
+        print(f"k3gen check: over budget (priced from {costs.TABLE}):\n" + "\n".join(f"  {e}" for e in budget),
+              file=sys.stderr)
+    if diff or budget:
         return 1
     print("k3gen check: generated/ is up to date")
     return 0
 
 
+LIST_HEADER = ("identity", "backend", "params", "unit key", "library key")
+
+
 def cmd_list(root: Path, args) -> int:
-    plans = _plans(root)
-    rows = [(sp.identity, sp.backend, sp.variant.label, sp.cache_key[:16])
-            for p in plans for sp in p.specializations if not args.family or p.name == args.family]
-    widths = [max(len(r[i]) for r in rows + [("identity", "backend", "params", "cache key")]) for i in range(4)]
-    for r in [("identity", "backend", "params", "cache key"), *rows]:
+    plans, _, libs = _render(root)
+    wanted = _families(args.family)
+    UnknownFamilyError.check(wanted, [p.name for p in plans])
+    by_arch = {(lib.family, lib.arch): lib for lib in libs}
+    rows = []
+    for p in plans:
+        if wanted and p.name not in wanted:
+            continue
+        for sp in p.specializations:
+            lib = by_arch[(p.name, sp.arch)]
+            unit = next(u for u in lib.units if u.identity == sp.identity)
+            rows.append((sp.identity, sp.backend, sp.variant.label, unit.key[:16], lib.key[:16]))
+    widths = [max(len(r[i]) for r in [*rows, LIST_HEADER]) for i in range(len(LIST_HEADER))]
+    for r in [LIST_HEADER, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     print(f"{len(rows)} specializations")
     return 0
@@ -90,7 +119,7 @@ def cmd_compile(root: Path, args) -> int:
     from .aot import compile_matrix
     from .write import drift
 
-    plans, files = _render(root)
+    plans, files, _ = _render(root)
     if drift(files, root / "generated"):  # the runtime keys generated/; compiling a stale tree helps no one
         print("k3gen compile: generated/ does not match specs/ and templates/; run `k3gen build` first",
               file=sys.stderr)
@@ -102,11 +131,14 @@ def cmd_diff(root: Path, args) -> int:
     from .diff import FORMATS, DiffError, diff_rev
 
     try:
-        report = diff_rev(root, args.rev)
+        report = diff_rev(root, args.rev, _families(args.family))
     except DiffError as exc:
         print(exc, file=sys.stderr)
         return 1
     sys.stdout.write(FORMATS[args.format](report))
+    if args.check_budget and report.over_budget:
+        print("k3gen diff: over budget:\n" + "\n".join(f"  {e}" for e in report.over_budget), file=sys.stderr)
+        return 1
     return 0  # differences are what a review wants to see, not a failure
 
 
@@ -132,40 +164,67 @@ def cmd_schema(root: Path | None, args) -> int:
     return 0
 
 
+# name: (function, one line for `k3gen --help` and the command's own --help, example lines)
 COMMANDS = {
-    "build": (cmd_build, "render specs/ into generated/ (writes only changed files)"),
-    "check": (cmd_check, "exit 1 with a diff when generated/ is stale or edited by hand"),
-    "list": (cmd_list, "the specialization table: identity, backend, params, cache key"),
-    "validate": (cmd_validate, "load and check the specs; print every error"),
-    "schema": (cmd_schema, "print the JSON Schema of a spec file (for editors)"),
-    "compile": (cmd_compile, "build every family x arch ahead of time into build/aot (one ninja run)"),
-    "diff": (cmd_diff, "what the spec changes since REV (default: merge base with main) do: specializations, "
-                       "cache keys, gates, generated files"),
+    "build": (cmd_build, "render specs/ into generated/ (writes only changed files, removes stale ones)",
+              ["k3gen build", "k3gen --root path/to/project build"]),
+    "check": (cmd_check, "exit 1 with a diff when generated/ is stale or edited by hand, or a spec's budget "
+                         "is exceeded", ["k3gen check && python -m pytest"]),
+    "list": (cmd_list, "the specialization table: identity, backend, params, unit key and library key (the "
+                       "keys the runtime and `k3gen compile` use)",
+             ["k3gen list", "k3gen list --family situ_and_mul | grep sm_90a"]),
+    "validate": (cmd_validate, "load and check the specs; print every error (exit 2)", ["k3gen validate"]),
+    "schema": (cmd_schema, "print the JSON Schema of a spec file (for editors)",
+               ["k3gen schema > k3gen-spec.schema.json"]),
+    "compile": (cmd_compile, "build every family x arch ahead of time into build/aot (one ninja run) and "
+                             "measure its compile costs",
+                ["k3gen compile --arch sm_90a -j 8", "k3gen compile --family route_topk --arch sm_90a,gfx942",
+                 "k3gen compile --arch sm_90a --record-costs   # update specs/compile_costs.json"]),
+    "diff": (cmd_diff, "what the spec and template changes since REV (default: merge base with main) do: "
+                       "specializations, keys, gates, cost per arch, generated files",
+             ["k3gen diff", "k3gen diff origin/main --format markdown > review.md",
+              "k3gen diff --family situ_and_mul --check-budget"]),
     "new": (cmd_new, "scaffold specs/NAME.yaml, its kernel template and oracle: a family whose tests fail until "
-                     "filled in"),
+                     "filled in", ["k3gen new my_kernel && k3gen build"]),
 }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _add_family(p: argparse.ArgumentParser, what: str) -> None:
+    # one value per flag (comma-separated, or the flag repeated), so `diff --family F REV` keeps REV
+    p.add_argument("--family", action="append", default=[], metavar="NAME[,NAME]",
+                   help=f"{what} (comma-separated or repeated; an unknown name exits 2 listing the families)")
+
+
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="k3gen", description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, help="project root (default: the folder holding specs/)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (_, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
+    for name, (_, help_text, examples) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=f"k3gen {name}: {help_text}.",
+                           epilog="example" + ("s" if len(examples) > 1 else "") + ":\n"
+                                  + "\n".join(f"  {e}" for e in examples),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == "list":
-            p.add_argument("--family", help="only this family")
+            _add_family(p, "only these families")
         if name == "diff":
             p.add_argument("rev", nargs="?", help="git revision to compare with (default: the merge base of "
                                                   "HEAD and main; HEAD on main)")
             p.add_argument("--format", choices=["text", "markdown", "json"], default="text",
                            help="text for a terminal, markdown for a PR comment, json for tools")
+            _add_family(p, "report only these families")
+            p.add_argument("--check-budget", action="store_true",
+                           help="exit 1 when a family of the work tree exceeds its spec's budget")
         if name == "new":
             p.add_argument("name", help="family name, lower_snake_case")
         if name == "compile":
             from .aot import add_arguments
 
             add_arguments(p)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     fn = COMMANDS[args.command][0]
     if args.command == "schema":
         return fn(None, args)
@@ -175,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpecErrors as exc:
         print(exc.render(), file=sys.stderr)
         return 2
-    except GeneratedTreeError as exc:
+    except (GeneratedTreeError, UnknownFamilyError, CostTableError) as exc:
         print(f"k3gen {args.command}: {exc}", file=sys.stderr)
         return 2
 

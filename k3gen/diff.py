@@ -1,10 +1,12 @@
 """What a spec change does, for review: the plans and rendered files of two trees, compared.
 
 `k3gen diff [REV]` renders the specs and templates at REV and in the work tree, both with the
-current k3gen code, and reports per family the specializations added and removed, the cache keys
-invalidated and the gates, constants, tie orders, flags and params changed; then the generated
-files and translation units touched. `compare` is a pure function of two plans and two file sets;
-`format_text`, `format_markdown` and `format_json` print its report; `export_rev` is the git plumbing.
+current k3gen code, and reports per family the specializations added and removed, the keys that
+changed (k3gen.identity: the same keys `k3gen list` shows and the runtime uses), and the gates,
+constants, tie orders, flags and params changed; what the change costs to build per arch (k3gen.pricing,
+from the compile-cost table); then the generated files and translation units touched. `compare` is a
+pure function of two plans and two file sets; `format_text`, `format_markdown` and `format_json`
+print its report; `export_rev` is the git plumbing.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import costs, identity
+from .pricing import Price, Pricing, price
 from .plan import FamilyPlan, Specialization
 
 # What a rev must provide to be rendered: the specs, the templates, the oracles the loader checks.
@@ -36,7 +40,17 @@ class SpecializationRef:
     dtypes: dict
     params: dict
     flags: dict
-    cache_key: str
+    cache_key: str  # the specialization's unit key (k3gen.identity)
+
+
+@dataclass(frozen=True)
+class LibraryChange:
+    """A family's library for one arch whose key changed: what the runtime and `k3gen compile` rebuild."""
+
+    family: str
+    arch: str
+    old: str | None  # key; None: the library is new
+    new: str | None  # None: the library is gone
 
 
 @dataclass(frozen=True)
@@ -56,7 +70,7 @@ class FamilyDiff:
     status: str  # added, removed or changed
     added: list[SpecializationRef] = field(default_factory=list)
     removed: list[SpecializationRef] = field(default_factory=list)
-    invalidated: list[str] = field(default_factory=list)  # identities on both sides whose cache key changed
+    invalidated: list[str] = field(default_factory=list)  # identities on both sides whose key changed
     changes: list[Change] = field(default_factory=list)
 
 
@@ -72,6 +86,9 @@ class DiffReport:
     files_removed: list[str]
     files_changed: list[str]
     notes: list[str] = field(default_factory=list)
+    libraries: list[LibraryChange] = field(default_factory=list)  # by family, archs in spec order
+    pricing: Pricing | None = None
+    over_budget: list[str] = field(default_factory=list)  # the work tree's budget errors, located
 
     @property
     def units_added(self) -> list[str]:
@@ -90,6 +107,7 @@ class DiffReport:
         return {"specializations_added": sum(len(f.added) for f in fams),
                 "specializations_removed": sum(len(f.removed) for f in fams),
                 "cache_keys_invalidated": sum(len(f.invalidated) for f in fams),
+                "libraries_changed": len(self.libraries),
                 "files_added": len(self.files_added), "files_removed": len(self.files_removed),
                 "files_changed": len(self.files_changed), "units_added": len(self.units_added),
                 "units_removed": len(self.units_removed), "units_changed": len(self.units_changed)}
@@ -103,39 +121,73 @@ class DiffReport:
 
 
 def compare(old: list[FamilyPlan], new: list[FamilyPlan], old_files: dict[str, str], new_files: dict[str, str],
-            base: str = "base", head: str = "work tree", notes: list[str] | None = None) -> DiffReport:
-    """The report of going from (old plans, old rendered files) to (new plans, new rendered files)."""
+            base: str = "base", head: str = "work tree", notes: list[str] | None = None,
+            table: costs.CostTable | None = None, table_name: str = costs.TABLE,
+            only: set[str] | None = None) -> DiffReport:
+    """The report of going from (old plans, old rendered files) to (new plans, new rendered files).
+
+    table: the compile-cost table that prices the change (none: every unit estimated at 0 s);
+    only: report these families alone (their files, libraries and price).
+    """
+    if only is not None:
+        old, new = [p for p in old if p.name in only], [p for p in new if p.name in only]
+        old_files, new_files = _files_of(old_files, only), _files_of(new_files, only)
+    table = table or costs.CostTable()
+    old_libs, new_libs = identity.libraries(old, old_files), identity.libraries(new, new_files)
+    okeys, nkeys = identity.unit_keys(old_libs), identity.unit_keys(new_libs)
     olds, news = {p.name: p for p in old}, {p.name: p for p in new}
     families = []
     for name in sorted(olds.keys() | news.keys()):
-        fd = _family_diff(olds.get(name), news.get(name))
+        fd = _family_diff(olds.get(name), news.get(name), okeys, nkeys)
         if fd.added or fd.removed or fd.invalidated or fd.changes or fd.status != "changed":
             families.append(fd)
     added = sorted(f"generated/{p}" for p in new_files.keys() - old_files.keys())
     removed = sorted(f"generated/{p}" for p in old_files.keys() - new_files.keys())
     changed = sorted(f"generated/{p}" for p in new_files.keys() & old_files.keys() if new_files[p] != old_files[p])
+    from .pricing import over_budget
+
     return DiffReport(base, head, len(olds.keys() | news.keys()), sorted(news.keys() - olds.keys()),
-                      sorted(olds.keys() - news.keys()), families, added, removed, changed, list(notes or []))
+                      sorted(olds.keys() - news.keys()), families, added, removed, changed, list(notes or []),
+                      _library_changes(old_libs, new_libs), price(old_libs, new_libs, table, table_name),
+                      [str(e) for e in over_budget(new, new_libs, table)])
 
 
-def _ref(sp: Specialization) -> SpecializationRef:
+def _files_of(files: dict[str, str], families: set[str]) -> dict[str, str]:
+    """The rendered files that belong to these families alone (not the shared index, MANIFEST, ...)."""
+    def mine(path: str) -> bool:
+        return any(path.startswith(f"k3kernels/csrc/{f}/") or path in (f"k3kernels/{f}.py", f"tests/test_{f}.py",
+                                                                         f"docs/{f}.md") for f in families)
+
+    return {p: t for p, t in files.items() if mine(p) or p == "k3kernels/csrc/k3_backend.h"}
+
+
+def _library_changes(old: list[identity.Library], new: list[identity.Library]) -> list[LibraryChange]:
+    o = {(lib.family, lib.arch): lib.key for lib in old}
+    n = {(lib.family, lib.arch): lib.key for lib in new}
+    keys = list(dict.fromkeys([*n, *o]))
+    ordered = sorted(keys, key=lambda k: (k[0], keys.index(k)))  # by family, archs as the specs list them
+    return [LibraryChange(f, a, o.get((f, a)), n.get((f, a))) for f, a in ordered if o.get((f, a)) != n.get((f, a))]
+
+
+def _ref(sp: Specialization, keys: dict[str, str]) -> SpecializationRef:
     v = sp.variant
     return SpecializationRef(sp.identity, sp.backend, sp.arch, dict(v.dtypes), dict(v.params), dict(v.flags),
-                             sp.cache_key)
+                             keys[sp.identity])
 
 
-def _family_diff(old: FamilyPlan | None, new: FamilyPlan | None) -> FamilyDiff:
+def _family_diff(old: FamilyPlan | None, new: FamilyPlan | None, okeys: dict[str, str],
+                 nkeys: dict[str, str]) -> FamilyDiff:
     if old is None or new is None:
         p = old or new
-        refs = [_ref(sp) for sp in p.specializations]
+        refs = [_ref(sp, okeys if new is None else nkeys) for sp in p.specializations]
         return FamilyDiff(p.name, "added" if old is None else "removed",
                           added=refs if old is None else [], removed=refs if new is None else [])
     o = {sp.identity: sp for sp in old.specializations}
     n = {sp.identity: sp for sp in new.specializations}
     return FamilyDiff(new.name, "changed",
-                      added=[_ref(n[i]) for i in n if i not in o],
-                      removed=[_ref(o[i]) for i in o if i not in n],
-                      invalidated=[i for i in n if i in o and n[i].cache_key != o[i].cache_key],
+                      added=[_ref(n[i], nkeys) for i in n if i not in o],
+                      removed=[_ref(o[i], okeys) for i in o if i not in n],
+                      invalidated=[i for i in n if i in o and nkeys[i] != okeys[i]],
                       changes=spec_changes(old, new))
 
 
@@ -149,7 +201,8 @@ def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
     out += _keyed("exclusion", _exclusions(old), _exclusions(new), str)
     out += _keyed("default", {k: d.map for k, d in a.dtypes.defaults.items()},
                   {k: d.map for k, d in b.dtypes.defaults.items()},
-                  lambda m: ", ".join(f"{s} → {t}" for s, t in m.items()))
+                  # as the spec writes it, so that → means old → new only
+                  lambda m: "{" + ", ".join(f"{s}: {t}" for s, t in m.items()) + "}")
     out += _keyed("gate", {g.source: r for g, r in old.gates}, {g.source: r for g, r in new.gates}, str)
     out += _keyed("constant", a.constants, b.constants, repr)
     if a.tie_order != b.tie_order:
@@ -161,7 +214,7 @@ def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
     out += _keyed("flag", a.flags, b.flags, _flag_text)
     out += _keyed("runner", {r.name: r for r in getattr(old, "runners", [])},
                   {r.name: r for r in getattr(new, "runners", [])}, _dumped)
-    for name in ("summary", "template", "vector", "fast_math", "signature", "oracle", "tests"):
+    for name in ("summary", "template", "vector", "fast_math", "signature", "oracle", "tests", "budget"):
         va, vb = _dumped(getattr(a, name)), _dumped(getattr(b, name))
         if va != vb:
             out.append(Change("field", name, va, vb))
@@ -246,12 +299,15 @@ def grouped(refs: list[SpecializationRef]) -> list[tuple[str, list[str], list[st
     return [(c, [v for v in vs if v], list(archs), n) for c, (vs, archs, n) in cells.items()]
 
 
+ARROW = "→"  # the one arrow of every format: old → new
+
+
 def _change_text(c: Change) -> str:
     if c.old is None:
         return f"{c.kind} {c.name}: added: {c.new}"
     if c.new is None:
         return f"{c.kind} {c.name}: removed (was: {c.old})"
-    return f"{c.kind} {c.name}: {c.old} -> {c.new}"
+    return f"{c.kind} {c.name}: {c.old} {ARROW} {c.new}"
 
 
 def _family_line(f: FamilyDiff) -> str:
@@ -260,10 +316,59 @@ def _family_line(f: FamilyDiff) -> str:
             f"{len(f.invalidated)} cache key{'s' if len(f.invalidated) != 1 else ''} invalidated")
 
 
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def _bytes_text(p: Price) -> str:
+    delta = p.bytes_new - p.bytes_old
+    return f"{_mb(p.bytes_old)} {ARROW} {_mb(p.bytes_new)} ({'+' if delta >= 0 else '-'}{_mb(abs(delta))})"
+
+
+def _estimated_text(p: Price) -> str:
+    return f"{p.estimated} of {p.units} units estimated" if p.estimated else "measured"
+
+
+def price_rows(r: DiffReport, minus: str = "-") -> list[list[str]]:
+    """One row per arch whose build changed: specializations, units, compile seconds, library bytes."""
+    if r.pricing is None:
+        return []
+    return [[arch, f"+{p.specializations_added} {minus}{p.specializations_removed}",
+             f"+{p.units_added} {minus}{p.units_removed}, {p.units_changed} changed; {p.units} in all",
+             f"{p.seconds:.1f} s", _bytes_text(p), _estimated_text(p)]
+            for arch, p in r.pricing.archs.items()]
+
+
+PRICE_HEADER = ["arch", "specializations", "translation units", "compile (one core)", "library bytes, all families",
+                "prices"]
+
+
+def _aligned(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _price_note(r: DiffReport) -> str:
+    return (f"compile seconds of the units added and changed, and library bytes, from {r.pricing.table}; "
+            "a unit not in it is priced at its family's median and counted as estimated")
+
+
+def _family_price_lines(r: DiffReport, family: str) -> list[str]:
+    prices = r.pricing.families.get(family, {}) if r.pricing else {}
+    return [f"  cost on {arch}: units +{p.units_added} -{p.units_removed}, {p.units_changed} changed "
+            f"({p.units} in all); {p.seconds:.1f} s to compile; library {_bytes_text(p)}; {_estimated_text(p)}"
+            for arch, p in prices.items()]
+
+
+def _library_text(c: LibraryChange) -> str:
+    old, new = (k[:16] if k else "none" for k in (c.old, c.new))
+    return f"{c.arch} {old} {ARROW} {new}"
+
+
 def format_text(r: DiffReport, verbose: bool = False) -> str:
-    """For a terminal: one block per family, then the files."""
+    """For a terminal: one block per family, the cost per arch, then the files."""
     t = r.totals()
-    lines = [f"k3gen diff: {r.base} -> {r.head}"]
+    lines = [f"k3gen diff: {r.base} {ARROW} {r.head}"]
     lines += [f"note: {n}" for n in r.notes]
     if not r:
         return "\n".join(lines + ["no differences in specializations, cache keys or generated files"]) + "\n"
@@ -278,12 +383,21 @@ def format_text(r: DiffReport, verbose: bool = False) -> str:
                 lines.append(f"  {sign} {cell}{detail} on {', '.join(archs)}: {n} specialization{'s' * (n != 1)}")
         for c in f.changes:
             lines.append(f"  {_change_text(c)}")
+        libs = [c for c in r.libraries if c.family == f.family]
+        if libs:
+            lines.append(f"  library keys changed: {'; '.join(_library_text(c) for c in libs)}")
+        lines += _family_price_lines(r, f.family)
         if f.invalidated:
             lines.append(f"  cache keys invalidated ({len(f.invalidated)}):")
             shown = f.invalidated if verbose or len(f.invalidated) <= 12 else f.invalidated[:10]
             lines += [f"    {i}" for i in shown]
             if len(shown) < len(f.invalidated):
                 lines.append(f"    ... {len(f.invalidated) - len(shown)} more (--format json lists all)")
+    if rows := price_rows(r):
+        lines += ["", f"cost per arch ({_price_note(r)}):", *_aligned([PRICE_HEADER, *rows])]
+    if r.over_budget:
+        lines += ["", "over budget (`k3gen diff --check-budget` and `k3gen check` fail):"]
+        lines += [f"  {e}" for e in r.over_budget]
     lines.append(f"\ngenerated files: {t['files_added']} added, {t['files_removed']} removed, "
                  f"{t['files_changed']} changed")
     lines.append(f"translation units: +{t['units_added']} -{t['units_removed']} ({t['units_changed']} changed)")
@@ -297,19 +411,26 @@ def _md(text) -> str:
 
 
 def format_markdown(r: DiffReport) -> str:
-    """For a PR comment: a summary table, then per-family details, long lists folded."""
+    """For a PR comment: a summary table, the cost per arch, then per-family details, long lists folded."""
     t = r.totals()
-    out = [f"### k3gen diff: {r.base} → {r.head}", ""]
+    out = [f"### k3gen diff: {r.base} {ARROW} {r.head}", ""]
     out += [f"> {n}" for n in r.notes] + ([""] if r.notes else [])
     if not r:
         return "\n".join(out + ["No differences in specializations, cache keys or generated files.", ""])
-    out += ["| family | status | specializations added | removed | cache keys invalidated |",
-            "| --- | --- | --- | --- | --- |"]
-    out += [f"| `{f.family}` | {f.status} | {len(f.added)} | {len(f.removed)} | {len(f.invalidated)} |"
-            for f in r.families]
+    out += ["| family | status | specializations added | removed | cache keys invalidated | libraries rebuilt |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    out += [f"| `{f.family}` | {f.status} | {len(f.added)} | {len(f.removed)} | {len(f.invalidated)} | "
+            f"{sum(c.family == f.family for c in r.libraries)} |" for f in r.families]
     out += ["", f"Generated files: **{t['files_added']} added, {t['files_removed']} removed, "
                 f"{t['files_changed']} changed**; translation units: **+{t['units_added']} −{t['units_removed']}** "
                 f"({t['units_changed']} changed).", ""]
+    if rows := price_rows(r, minus="−"):
+        out += [f"**Cost per arch**: {_price_note(r)}.", "", "| " + " | ".join(PRICE_HEADER) + " |",
+                "|" + " --- |" * len(PRICE_HEADER)]
+        out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows] + [""]
+    if r.over_budget:
+        out += ["**Over budget** (`k3gen diff --check-budget` and `k3gen check` fail):", ""]
+        out += [f"- {_md(e)}" for e in r.over_budget] + [""]
     for f in r.families:
         out += [f"#### `{f.family}`", ""]
         if f.added or f.removed:
@@ -323,6 +444,16 @@ def format_markdown(r: DiffReport) -> str:
             out += ["| what | name | old | new |", "| --- | --- | --- | --- |"]
             out += [f"| {c.kind} | `{_md(c.name)}` | {_md(c.old) if c.old is not None else '—'} | "
                     f"{_md(c.new) if c.new is not None else '—'} |" for c in f.changes]
+            out.append("")
+        prices = r.pricing.families.get(f.family, {}) if r.pricing else {}
+        if prices:
+            out += ["| arch | units + / − / changed | compile | library bytes | library key | prices |",
+                    "| --- | --- | --- | --- | --- | --- |"]
+            keys = {c.arch: c for c in r.libraries if c.family == f.family}
+            for arch, p in prices.items():
+                key = f"`{_library_text(keys[arch]).split(' ', 1)[1]}`" if arch in keys else "unchanged"
+                out.append(f"| {arch} | +{p.units_added} / −{p.units_removed} / {p.units_changed} | "
+                           f"{p.seconds:.1f} s | {_bytes_text(p)} | {key} | {_estimated_text(p)} |")
             out.append("")
         if f.invalidated:
             out += [f"<details><summary>{len(f.invalidated)} cache keys invalidated</summary>", ""]
@@ -395,10 +526,12 @@ def export_rev(root: Path, rev: str, dest: Path) -> tuple[Path, str]:
     return dest / prefix, short
 
 
-def diff_rev(root: Path, rev: str | None = None) -> DiffReport:
-    """Render rev (default: default_rev) and the work tree with this k3gen; compare them.
+def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = None) -> DiffReport:
+    """Render rev (default: default_rev) and the work tree with this k3gen; compare them, priced by
+    the work tree's compile-cost table (k3gen.costs.TABLE). `families`: report only these.
 
-    Raises SpecErrors (files named `REV:specs/x.yaml` for rev's) and DiffError.
+    Raises SpecErrors (files named `REV:specs/x.yaml` for rev's), UnknownFamilyError, CostTableError
+    and DiffError.
     """
     import shutil
     import tempfile
@@ -406,7 +539,7 @@ def diff_rev(root: Path, rev: str | None = None) -> DiffReport:
 
     import jinja2
 
-    from .errors import SpecErrors
+    from .errors import SpecErrors, UnknownFamilyError
     from .load import load_specs
     from .plan import resolve_all
     from .render import render_all
@@ -418,6 +551,7 @@ def diff_rev(root: Path, rev: str | None = None) -> DiffReport:
         rev, how = default_rev(root)
     new_plans = resolve_all(load_specs(root), root)
     new_files = with_manifest(render_all(new_plans, root))
+    table = costs.load(root / costs.TABLE)
     with tempfile.TemporaryDirectory(prefix="k3gen-diff-") as tmp:
         old_root, short = export_rev(root, rev, Path(tmp))
         # Templates added since rev (e.g. a new output kind) come from the work tree, so this
@@ -438,13 +572,19 @@ def diff_rev(root: Path, rev: str | None = None) -> DiffReport:
             raise SpecErrors([replace(e, file=f"{short}:{e.file}") for e in exc.errors]) from None
         try:
             old_files = with_manifest(render_all(old_plans, old_root))
+        except SpecErrors as exc:  # a located render error: a template at rev this k3gen cannot render
+            raise SpecErrors([replace(e, file=f"{short}:{e.file}") for e in exc.errors]) from None
         except jinja2.TemplateError as exc:
             raise DiffError(f"k3gen diff: the templates at {short} do not render with this k3gen: {exc}") from None
+    if families:
+        known = sorted({p.name for p in (*old_plans, *new_plans)})
+        UnknownFamilyError.check(families, known)
     base = f"{rev} ({short})" if how == "rev" and rev != short else f"{how} ({short})" if how != "rev" else short
     notes = [f"templates not at {short}, taken from the work tree: {', '.join(borrowed)}"] if borrowed else []
     notes += [f"oracles without SUPPORTED at {short}, read from the work tree: {', '.join(undeclared)}"] \
         if undeclared else []
-    return compare(old_plans, new_plans, old_files, new_files, base=base, head="work tree", notes=notes)
+    return compare(old_plans, new_plans, old_files, new_files, base=base, head="work tree", notes=notes,
+                   table=table, only=set(families) if families else None)
 
 
 def _borrow_undeclared_oracles(root: Path, old_root: Path) -> list[str]:

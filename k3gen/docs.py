@@ -14,7 +14,8 @@ from . import routing
 from .dtypes import DTYPES
 from .escape import one_line
 from .plan import FamilyPlan
-from .support import COMPILED, DECLARED, HIP_COMPILED_IN_CI, RUN, RUN_ON_GPU, arch_state
+from .spellings import dtype_bindings, wrapper_signature
+from .support import COMPILED, DECLARED, HIP_NOT_COMPILED_WHY, RUN, RUN_ON_GPU, arch_state
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,6 @@ def matrix_table(p: FamilyPlan) -> Table:
 
 
 def defaults_table(p: FamilyPlan) -> Table | None:
-    from .render import dtype_bindings  # the wrapper reads each axis from these tensors
-
     bound = {axis: tensor for axis, tensor, _ in dtype_bindings(p)}
     rows = [[axis, f"`{bound[axis]}` is not given", d.from_, ", ".join(f"{s} → {t}" for s, t in d.map.items())]
             for axis, d in p.spec.dtypes.defaults.items()]
@@ -135,14 +134,25 @@ def arch_table(p: FamilyPlan) -> Table:
     return _table(["arch", "backend", "compiled in CI", "run on a GPU", "state", "specializations"], rows)
 
 
-def arch_legend() -> list[str]:
-    """The three states in words, from k3gen.support."""
-    gpus = ", ".join(f"{a} ({g})" for a, g in RUN_ON_GPU.items())
-    return [f"**{RUN}**: the generated tests ran and passed on {gpus}; such an arch is compiled in CI too.",
-            f"**{COMPILED}**: CI compiles every translation unit: every declared CUDA arch with nvcc, "
-            f"HIP only for {', '.join(HIP_COMPILED_IN_CI)} (CI's clang-19 does not know gfx950).",
-            f"**{DECLARED}**: listed in the spec, neither compiled nor run.",
+def arch_legend(declared: list[tuple[str, str]]) -> list[str]:
+    """The three states in words, from k3gen.support, naming only the (backend, arch) pairs declared:
+    an arch a spec drops leaves its pages."""
+    def which(state: str, words) -> str:
+        archs = [words(b, a) for b, a in declared if arch_state(b, a) == state]
+        return f" (here: {', '.join(archs)})" if archs else " (here: none)"
+
+    return [f"**{RUN}**: the generated tests ran and passed on a GPU of that arch"
+            f"{which(RUN, lambda b, a: f'{a} on an {RUN_ON_GPU[a]}')}; such an arch is compiled in CI too.",
+            f"**{COMPILED}**: CI compiles every translation unit: every declared CUDA arch with nvcc, HIP with "
+            f"clang-19 for the archs it knows{which(COMPILED, lambda b, a: a)}.",
+            f"**{DECLARED}**: listed in the spec, neither compiled nor run"
+            f"{which(DECLARED, lambda b, a: f'{a}: {HIP_NOT_COMPILED_WHY}' if b == 'hip' else a)}.",
             "Source of these facts: `k3gen/support.py`."]
+
+
+def declared_archs(plans: list[FamilyPlan]) -> list[tuple[str, str]]:
+    """(backend, arch) of every arch the plans declare, once each, in spec order."""
+    return list(dict.fromkeys((b, a) for p in plans for b in p.backends for a in p.archs(b)))
 
 
 def gate_items(p: FamilyPlan) -> list[dict]:
@@ -234,15 +244,13 @@ def specialization_text(p: FamilyPlan) -> str:
 
 def family_doc(p: FamilyPlan) -> dict:
     """Everything templates/common/doc.md.j2 prints for one family."""
-    from .render import wrapper_signature
-
     generated = len(p.spec.dtypes.generated_cells())
     axes = "; ".join(f"`{a}` ({', '.join(vs)})" for a, vs in p.spec.dtypes.axes.items())
     return {"call": f"{p.name}({wrapper_signature(p)['params']})", "axes": axes,
             "matrix": matrix_table(p), "matrix_counts": f"{generated} generated, {len(p.excluded)} excluded",
             "defaults": defaults_table(p), "knobs": knobs_table(p), "fast_math": fast_math_text(p),
             "vector_rule": vector_rule(p), "vectors": vector_table(p), "archs": arch_table(p),
-            "legend": arch_legend(), "gates": gate_items(p), "constants": constants_table(p),
+            "legend": arch_legend(declared_archs([p])), "gates": gate_items(p), "constants": constants_table(p),
             "tie_order": tie_order(p), "specializations": specialization_text(p),
             "runners": runners_table(p), "runners_file": p.runners_file}
 

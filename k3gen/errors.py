@@ -60,3 +60,19 @@ class FieldError(ValueError):
         if problems:
             (first_path, first_msg), *rest = problems
             raise cls(first_msg, first_path, rest)
+
+
+class UnknownFamilyError(ValueError):
+    """A command named a family no spec declares (exit 2); the message lists the families."""
+
+    def __init__(self, unknown: list[str], known: list[str]):
+        self.unknown, self.known = unknown, known
+        names = ", ".join(f"'{n}'" for n in unknown)
+        super().__init__(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {_printable(names)}; "
+                         f"families: {', '.join(known) or 'none'}")
+
+    @classmethod
+    def check(cls, names: list[str], known: list[str]) -> None:
+        """Raise for the names that are not among `known`, if any."""
+        if unknown := [n for n in names if n not in known]:
+            raise cls(unknown, known)

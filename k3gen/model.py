@@ -212,6 +212,10 @@ class VectorOverride(SpecModel):
     why: Text = Field(description="the measurement that justifies the override")
 
 
+def _positive(n: int) -> str | None:
+    return None if 0 < n <= 1 << 40 else f"{n} is not a budget; give a positive integer"
+
+
 def _power_of_two(n: int) -> bool:
     return 0 < n <= 1024 and not n & (n - 1)
 
@@ -383,6 +387,22 @@ class Tests(SpecModel):
         return dims
 
 
+class Budget(SpecModel):
+    """What the family may cost to build, per arch; `k3gen check` and `k3gen diff --check-budget` fail
+    when a change exceeds it. Bytes are priced from the compile-cost table (k3gen.costs)."""
+
+    units_per_arch: Annotated[StrictInt, _checked(_positive)] | None = Field(
+        None, description="translation units compiled for each arch: one per variant, plus the dispatch")
+    bytes_per_arch: Annotated[StrictInt, _checked(_positive)] | None = Field(
+        None, description="bytes of the family's library for each arch")
+
+    @model_validator(mode="after")
+    def _something(self):
+        if self.units_per_arch is None and self.bytes_per_arch is None:
+            raise FieldError("an empty budget; give `units_per_arch: N`, `bytes_per_arch: N` or both")
+        return self
+
+
 def _oracle_problem(value: str) -> str | None:
     """Oracles are modules of the project's oracle package, named by the grammar alone (no paths)."""
     if grammar.ORACLE.match(value):
@@ -422,6 +442,7 @@ class KernelSpec(SpecModel):
     oracle: Annotated[str, _checked(_oracle_problem)] = Field(
         description="module holding reference(), make_args() and the test cases: k3gen.oracles.NAME")
     tests: Tests
+    budget: Budget | None = Field(None, description="build cost the family may not exceed, per arch")
 
     @field_validator("tie_order", "sigmoid", mode="before")
     @classmethod

@@ -1,38 +1,27 @@
-"""Resolve a validated spec into its plan: every specialization, its C++ spellings and cache key.
+"""Resolve a validated spec into its plan: every specialization, its identity and C++ spellings.
 
 Templates receive the plan, never the raw spec: C++ types, template arguments, switch keys, struct
-fields and gate expressions are all computed here, so templates only substitute and loop.
+fields and gate expressions are all computed here, so templates only substitute and loop. Cache
+keys are not computed here: they hash what is compiled, the rendered sources (k3gen.identity).
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jinja2
-import jinja2.meta
-
-from . import __version__, routing
+from . import routing, spellings
 from .dtypes import DTYPES
-from .errors import SpecErrors
+from .errors import SpecError, SpecErrors
 from .bounds import KEY_BITS
 from .exprs import Expr, parse_expr
-from .limits import LIMITS_FILE, limits_path, read_limits
+from .limits import read_limits
 from .load import LoadedSpec
 from .model import KernelSpec
-from .scopes import dim_scope, gate_scope, select_scope, shape_scope
+from .scopes import dim_scope, gate_scope, select_scope
 
 BACKENDS = ("cuda", "hip")
-# Part of every cache key; the runtime adds the compiler's own version string when it builds.
-TOOLCHAIN = {"cuda": "nvcc", "hip": "hip-clang"}
-ARG_CTYPES = {"ptr": ("const void*", "c_void_p"), "mut_ptr": ("void*", "c_void_p"),
-              "i64": ("int64_t", "c_int64"), "i32": ("int32_t", "c_int32"), "f32": ("float", "c_float")}
-# Templates every family renders (see k3gen.render); with the family's kernel.cuh.j2 they make its sources.
-COMMON_TEMPLATES = ["common/k3_backend.h.j2", "common/abi.h.j2", "common/variant.cu.j2", "common/dispatch.cu.j2",
-                    "common/host.py.j2", "common/test.py.j2"]
 
 
 @dataclass(frozen=True)
@@ -40,15 +29,15 @@ class ArgField:
     """One field of the family's C args struct, filled by the host wrapper."""
 
     name: str
-    kind: str  # key of ARG_CTYPES
+    kind: str  # key of spellings.ARG_CTYPES
 
     @property
     def cpp(self) -> str:
-        return ARG_CTYPES[self.kind][0]
+        return spellings.ARG_CTYPES[self.kind][0]
 
     @property
     def ctype(self) -> str:
-        return ARG_CTYPES[self.kind][1]
+        return spellings.ARG_CTYPES[self.kind][1]
 
 
 @dataclass(frozen=True)
@@ -78,21 +67,19 @@ class Variant:
 
 @dataclass(frozen=True)
 class Specialization:
-    """A variant compiled for one arch: the unit of identity and caching."""
+    """A variant compiled for one arch: the unit of identity (its key: k3gen.identity)."""
 
     variant: Variant
     backend: str
     arch: str
     arch_flags: dict  # arch-derived flag -> bool
     identity: str
-    cache_key: str
 
 
 @dataclass
 class FamilyPlan:
     spec: KernelSpec
     file: str  # specs/NAME.yaml
-    spec_sha256: str
     variants: list[Variant]
     specializations: list[Specialization]
     excluded: list[tuple[dict, str]]  # (cell, reason)
@@ -107,34 +94,32 @@ class FamilyPlan:
     dims: list[tuple[str, Expr]] = field(default_factory=list)  # in binding order
     selects: dict[str, Expr] = field(default_factory=dict)  # call-time flag -> its select expression
     limits: object = None  # k3gen.limits.TemplateLimits of the template: static_asserts in launch()
+    located: object = None  # the spec's yaml_lines.LocatedData: plan and render errors name its lines
 
     @property
     def name(self) -> str:
         return self.spec.kernel
 
+    def error(self, path: tuple, message: str) -> SpecError:
+        """A SpecError at the spec line of `path` (line 1 when the plan was built without a line map)."""
+        line = self.located.line_of(path) if self.located is not None else 1
+        return SpecError(self.file, line, self.name, ".".join(map(str, path)) or "<root>", message)
+
     def archs(self, backend: str) -> list[str]:
         return list(getattr(self.spec.targets, backend))
 
+    # C++ spellings of the plan live in k3gen.spellings; templates reach them through these names.
     def template_params(self) -> str:
-        """The kernel template's parameter list, in the order template_args() fills it."""
-        ps = [f"typename T_{a}" for a in self.spec.dtypes.axes]
-        ps += [f"int {p}" for p in self.spec.params]
-        ps += [f"bool {f}" for f in self.call_flags]
-        return ", ".join([*ps, "bool FAST_MATH", "int VEC"])
+        return spellings.template_params(self)
 
     def template_param_names(self) -> str:
-        return ", ".join(p.split()[-1] for p in self.template_params().split(", "))
+        return spellings.template_param_names(self)
 
     def template_args(self, v: Variant, backend: str) -> str:
-        xs = [DTYPES[d].cpp(backend) for d in v.dtypes.values()]
-        xs += [str(_param_cpp(self.spec, p, val)) for p, val in v.params.items()]
-        xs += ["true" if b else "false" for b in v.flags.values()]
-        return ", ".join([*xs, "true" if v.fast_math else "false", str(v.vec)])
+        return spellings.template_args(self, v, backend)
 
     def param_enums(self) -> list[tuple[str, int]]:
-        """C++ constants for string-valued params: scale_format_ue8m0 = 2."""
-        return [(f"{p}_{val}", i) for p, prm in self.spec.params.items() for i, val in enumerate(prm.values)
-                if isinstance(val, str)]
+        return spellings.param_enums(self)
 
     def backend_routing(self) -> list[routing.BackendRouting]:
         """Tie order (expanded to a priority per expert) and sigmoid of each backend (k3gen.routing)."""
@@ -150,22 +135,24 @@ class FamilyPlan:
         return math.lcm(1, *(n for m in moduli for n in m))
 
     def shape_python(self, shape: list) -> list[str]:
-        """Python spellings of a tensor's dimensions (k3gen.exprs; the model checked them)."""
-        scope = shape_scope(self.spec)
-        return [parse_expr(d, scope).python for d in shape]
+        return spellings.shape_python(self, shape)
 
     def arch_defines(self, arch: str) -> list[str]:
-        return [f"-DK3_{f.upper()}={int(arch in (self.spec.flags[f].archs or []))}" for f in self.arch_flags]
-
-
-def _param_cpp(spec: KernelSpec, param: str, value) -> int:
-    values = spec.params[param].values
-    return values.index(value) if isinstance(value, str) else value
+        return spellings.arch_defines(self, arch)
 
 
 def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
-    plans = [resolve_family(ls, root) for ls in loaded]
-    _assert_unique_keys(plans)
+    """Every spec's plan; raise SpecErrors with every spec that cannot be resolved, located."""
+    plans, errors = [], []
+    for ls in loaded:
+        try:
+            plans.append(resolve_family(ls, root))
+        except (KeyError, ValueError, TypeError, IndexError) as exc:  # the loader's checks let it through
+            errors.append(ls.error(("kernel",), f"k3gen cannot resolve this spec ({type(exc).__name__}: {exc}); "
+                                                "a rule k3gen.spec_checks lacks: report it with this spec"))
+    if errors:
+        raise SpecErrors(errors)
+    _assert_unique_identities(plans)
     return plans
 
 
@@ -191,23 +178,11 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
         chosen = {**dtypes, **params}
         fast = s.fast_math is not None and all(chosen[k] in vs for k, vs in s.fast_math.when.items())
         variants.append(Variant(name, dtypes, params, flags, fast, _vector_elements(s, dtypes), key))
-    template_sha = _templates_sha256(root, s.template)
     specs = []
     for backend in BACKENDS:
-        # A routing family's tie order and sigmoid differ per backend: part of the key, never shared.
-        routing_key = routing.resolve(s, backend).key_params() if routing.declares_routing(s) else None
         for arch in getattr(s.targets, backend):
             aflags = {f: arch in (s.flags[f].archs or []) for f in arch_flags}
-            for v in variants:
-                identity = f"{v.name}__{arch}"
-                params = {"identity": identity, "dtypes": v.dtypes, "params": v.params, "flags": v.flags,
-                          "arch_flags": aflags, "constants": s.constants, "vec": v.vec, "fast_math": v.fast_math, "backend": backend,
-                          "arch": arch, "toolchain": TOOLCHAIN[backend], "k3gen": __version__,
-                          "templates": template_sha, "spec": _spec_sha(ls)}
-                if routing_key is not None:
-                    params["routing"] = routing_key
-                key = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()
-                specs.append(Specialization(v, backend, arch, aflags, identity, key))
+            specs += [Specialization(v, backend, arch, aflags, f"{v.name}__{arch}") for v in variants]
     excluded = [({a: c[a] for a in axes}, c["reason"]) for c in s.dtypes.exclude]
     scope = gate_scope(s)
     gates = [(parse_expr(g.check, scope), g.reason) for g in s.gates]
@@ -215,10 +190,10 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     dims = [(d, parse_expr(src, dim_scope(s, names[:i]))) for i, (d, src) in enumerate(s.signature.dims.items())]
     selects = {f: parse_expr(fl.select, select_scope(s)) for f, fl in s.flags.items() if fl.select is not None}
     runners = ls.runners.table.runners if ls.runners else []
-    return FamilyPlan(s, ls.file, _spec_sha(ls), variants, specs, excluded, gates, _arg_fields(s),
+    return FamilyPlan(s, ls.file, variants, specs, excluded, gates, _arg_fields(s),
                       [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
                       [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "",
-                      dims, selects, read_limits(root, s.template)[0])
+                      dims, selects, read_limits(root, s.template)[0], ls.located)
 
 
 def _vector_elements(s: KernelSpec, dtypes: dict) -> int:
@@ -241,47 +216,16 @@ def _arg_fields(s: KernelSpec) -> list[ArgField]:
     return fields
 
 
-def _spec_sha(ls: LoadedSpec) -> str:
-    return hashlib.sha256(ls.text.encode()).hexdigest()
-
-
-def _templates_sha256(root: Path, template: str) -> str:
-    """Hash of every template a family's sources are rendered from, fragments it includes too."""
-    h = hashlib.sha256()
-    names = _template_closure(root, [*COMMON_TEMPLATES, f"{template}/kernel.cuh.j2"])
-    if (root / limits_path(template)).is_file():  # its limits become static_asserts in the kernel
-        names.add(f"{template}/{LIMITS_FILE}")
-    for name in sorted(names):
-        h.update(name.encode() + b"\0" + (root / "templates" / name).read_bytes())
-    return h.hexdigest()
-
-
-def _template_closure(root: Path, names: list[str]) -> set[str]:
-    """The named templates and, transitively, every template they include, import or extend."""
-    env = jinja2.Environment()
-    seen: set[str] = set()
-    todo = list(names)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        source = (root / "templates" / name).read_text()
-        todo += [t for t in jinja2.meta.find_referenced_templates(env.parse(source)) if t]
-    return seen
-
-
-def _assert_unique_keys(plans: list[FamilyPlan]) -> None:
-    seen: dict[str, str] = {}
+def _assert_unique_identities(plans: list[FamilyPlan]) -> None:
+    """Identities name build folders, test ids and table rows: two specializations never share one.
+    (That their compiled code never shares a key is k3gen.identity's check, on the rendered sources.)"""
+    seen: dict[str, FamilyPlan] = {}
+    errors = []
     for p in plans:
         for sp in p.specializations:
-            if sp.cache_key in seen or sp.identity in seen.values():
-                raise SpecErrors([_located_dup(p, sp, seen.get(sp.cache_key, sp.identity))])
-            seen[sp.cache_key] = sp.identity
-
-
-def _located_dup(p: FamilyPlan, sp: Specialization, other: str):
-    from .errors import SpecError
-
-    return SpecError(p.file, 1, p.name, "kernel", f"specialization {sp.identity} collides with {other}; "
-                                                   "two variants must never share a binary")
+            if sp.identity in seen:
+                errors.append(p.error(("kernel",), f"specialization {sp.identity} is also one of "
+                                                   f"{seen[sp.identity].file}; rename one family"))
+            seen.setdefault(sp.identity, p)
+    if errors:
+        raise SpecErrors(errors)

@@ -11,8 +11,6 @@ and enum spellings (SIGMOID_CPP); no spec text reaches C++.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 from dataclasses import dataclass
 from typing import Annotated, Literal, Union
 
@@ -136,11 +134,6 @@ class BackendRouting:
         """What the generated tests pass the oracle: the tie order as the spec gives it, and the sigmoid."""
         order = self.tie_order.model_dump() if isinstance(self.tie_order, TieRule) else self.tie_order
         return {"tie_order": order, "sigmoid": self.sigmoid}
-
-    def key_params(self) -> dict:
-        """The part of a specialization's cache key: two routings never share a binary."""
-        table = hashlib.sha256(json.dumps(self.priority).encode()).hexdigest()
-        return {"tie_order": self.tie_kind, "tie_priority_sha256": table, "sigmoid": self.sigmoid}
 
 
 def declares_routing(spec) -> bool:

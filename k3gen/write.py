@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from .runtime.files import write_if_changed
+
 MANIFEST = "MANIFEST"
 _MANIFEST_LINE = re.compile(r"[0-9a-f]{64}  ([A-Za-z0-9_][A-Za-z0-9_./-]*)\Z")
 
@@ -111,13 +113,8 @@ def write_files(files: dict[str, str], out_dir: Path) -> Changes:
         _prune_empty_dirs((out_dir / extra).parent, out_dir)
     for rel, text in sorted(files.items()):
         assert safe_relative(rel), f"k3gen bug: unsafe output path {rel!r}"
-        path = out_dir / rel
-        data = text.encode()
-        if path.is_file() and path.read_bytes() == data:
-            continue  # unchanged bytes keep their mtime, so ninja rebuilds nothing
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        changes.written.append(rel)
+        if write_if_changed(out_dir / rel, text):  # unchanged bytes keep their mtime: ninja rebuilds nothing
+            changes.written.append(rel)
     return changes
 
 

@@ -77,6 +77,33 @@ def test_compile_builds_the_matrix_once_and_the_runtime_takes_it(fake_cc, proj, 
     assert not (proj.parent / "cache").exists()
 
 
+def test_each_record_holds_the_library_key_k3gen_list_shows_and_the_costs_are_measured(fake_cc, proj):
+    import json
+
+    from k3gen.costs import TABLE, load
+    from k3gen.identity import libraries
+    from k3gen.load import load_specs
+    from k3gen.plan import resolve_all
+    from k3gen.render import render_all
+
+    assert compile_(proj) == 0
+    plans = resolve_all(load_specs(proj), proj)
+    libs = {(lib.family, lib.arch): lib for lib in libraries(plans, render_all(plans, proj))}
+    for family in FAMILIES:
+        for arch in CUDA_ARCHS:
+            record = json.loads((proj / "aot" / family / arch / RECORD).read_text())
+            assert record["content_key"] == libs[(family, arch)].key
+    table = load(proj / "aot" / "compile_costs.json")
+    for (family, arch), lib in libs.items():
+        if arch in CUDA_ARCHS:
+            assert {f"{family}/{u.file}" for u in lib.units} <= table.units[arch].keys()
+            assert table.libraries[arch][family]["bytes"] == (proj / "aot" / family / arch / LIB).stat().st_size
+    assert "fake-cc release 1.0" in table.measured["sm_90a"]
+    assert not (proj / TABLE).exists()  # the checked-in table changes only when asked
+    assert compile_(proj, "--record-costs") == 0
+    assert load(proj / TABLE).units == table.units
+
+
 def test_compile_and_the_runtime_agree_on_every_key_of_the_real_matrix(fake_cc):
     """What `k3gen compile` records is what each generated wrapper asks for, CUDA and HIP alike."""
     from k3gen.aot import select, targets_for
@@ -103,7 +130,11 @@ def test_a_rerun_does_nothing_and_an_edited_spec_rebuilds_only_its_family(fake_c
     assert mtimes(proj) == before
 
     spec = proj / "specs" / "route_topk.yaml"
-    spec.write_text(spec.read_text() + "# a comment changes the banner of every generated file\n")
+    spec.write_text(spec.read_text() + "# a comment changes no generated file: nothing to rebuild\n")
+    assert k3gen(proj, "build") == 0
+    assert compile_(proj, "--arch", "sm_90a") == 0
+    assert len(fake_cc.calls()) == calls and mtimes(proj) == before
+    spec.write_text(spec.read_text().replace("top_k: 16", "top_k: 8"))  # a constant: in every unit
     assert k3gen(proj, "build") == 0
     assert compile_(proj, "--arch", "sm_90a") == 0
     rebuilt = fake_cc.calls()[calls:]
@@ -130,7 +161,7 @@ def test_a_header_edit_rebuilds_the_units_that_include_it(fake_cc, proj):
 def test_a_stale_aot_build_is_never_loaded(fake_cc, proj):
     assert compile_(proj, "--family", "situ_and_mul", "--arch", "sm_90a") == 0
     spec = proj / "specs" / "situ_and_mul.yaml"
-    spec.write_text(spec.read_text() + "# changed after the AOT build\n")
+    spec.write_text(spec.read_text().replace("block_threads: 256", "block_threads: 128"))  # after the AOT build
     assert k3gen(proj, "build") == 0  # generated/ changes, build/aot does not
     fake_cc.set("K3GEN_AOT_DIR", str(proj / "aot"))
     req = wrapper(proj, "situ_and_mul").request("sm_90a")
@@ -196,7 +227,7 @@ def test_selection_by_family_and_arch(fake_cc, proj):
 
 @pytest.mark.parametrize("args, message", [
     (["--arch", "sm_80"], "arch sm_80 is declared by none of route_topk, situ_and_mul; declared: sm_90a, sm_100a, gfx942"),
-    (["--family", "nope"], "unknown family nope; known: "),
+    (["--family", "nope"], "k3gen compile: unknown family 'nope'; families: route_topk, situ_and_mul"),
 ])
 def test_bad_selections_exit_2_naming_what_is_declared(fake_cc, proj, capfd, args, message):
     assert compile_(proj, *args) == 2
@@ -222,7 +253,7 @@ def test_a_failed_unit_fails_the_command_and_leaves_no_record(fake_cc, proj, cap
 
 def test_a_stale_generated_tree_is_refused(fake_cc, proj, capfd):
     spec = proj / "specs" / "route_topk.yaml"
-    spec.write_text(spec.read_text() + "# not built yet\n")
+    spec.write_text(spec.read_text().replace("top_k: 16", "top_k: 8"))  # not built yet
     assert compile_(proj) == 1
     assert "run `k3gen build` first" in capfd.readouterr().err
     assert fake_cc.count("compile") == 0

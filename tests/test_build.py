@@ -135,7 +135,7 @@ def test_list_prints_one_row_per_specialization(project: Path, capsys):
     assert k3gen(project, "list") == 0
     lines = capsys.readouterr().out.splitlines()
     identities = [sp.identity for p in resolve_all(load_specs(project), project) for sp in p.specializations]
-    assert lines[0].split() == ["identity", "backend", "params", "cache", "key"]
+    assert lines[0].split() == ["identity", "backend", "params", "unit", "key", "library", "key"]
     assert [line.split()[0] for line in lines[1:-1]] == identities
     assert lines[-1] == f"{len(identities)} specializations"
 
@@ -147,19 +147,4 @@ def test_schema_is_json_describing_a_spec(capsys):
     assert "kernel" in schema["required"]
 
 
-def test_cache_keys_are_unique(project: Path):
-    keys = [sp.cache_key for p in resolve_all(load_specs(project), project) for sp in p.specializations]
-    assert len(keys) == len(set(keys))
-
-
-def test_cache_keys_change_when_a_template_changes(project: Path):
-    def keys() -> dict[str, str]:
-        plans = resolve_all(load_specs(project), project)
-        return {sp.identity: sp.cache_key for p in plans for sp in p.specializations}
-
-    before = keys()
-    template = project / "templates" / "situ_and_mul" / "kernel.cuh.j2"
-    template.write_text(template.read_text() + "{# a comment changes no output, but may change the build #}\n")
-    after = keys()
-    assert after.keys() == before.keys()
-    assert all(after[i] != before[i] for i in before)
+# Keys, and which edits change them: tests/test_identity.py.

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fake_cc import build_in_child
 from k3gen.runtime import K3BuildError, K3ToolchainMissing
-from k3gen.runtime.artifact import LIB, RECORD
+from k3gen.runtime.artifact import LIB, RECORD, jit_entry_name
 from k3gen.runtime.cache import BuildRequest, ensure_built
 from support import ROOT
 
@@ -49,7 +49,7 @@ def request(csrc: Path, arch: str = "sm_90a", defines: tuple[str, ...] = ("-DK3_
 
 
 def entry_of(req: BuildRequest, cache: Path) -> Path:
-    return cache / req.family / req.arch / req.key()[:32]
+    return cache / req.family / req.arch / jit_entry_name(req.content_key(), req.key())
 
 
 # (a) injectivity ---------------------------------------------------------------------------------

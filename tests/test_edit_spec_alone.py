@@ -120,3 +120,18 @@ def test_add_a_runner(project, capsys, monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "runners_copy", module)  # dataclasses look it up
     spec.loader.exec_module(module)
     assert module.needs_dense_bf16("deepgemm_fp8") and "deepgemm_fp8" in module.runners_for_arch("sm_100a")
+
+
+def test_drop_a_hip_arch_and_it_leaves_every_file_of_the_family(project, capsys):
+    """Docs, wrapper, tests and dispatch agree with the runtime: gfx950 dropped is gone from all."""
+    build(project, capsys)
+    assert "gfx950" in read(project, "docs/per_token_group_quant.md")
+    edit(project, "per_token_group_quant.yaml", "  hip: [gfx942, gfx950]", "  hip: [gfx942]")
+    build(project, capsys)
+    gen = project / "generated"
+    family = [p for p in gen.rglob("*") if p.is_file() and "per_token_group_quant" in p.as_posix()
+              and "__pycache__" not in p.parts]
+    assert len(family) > 100
+    assert [p.relative_to(gen).as_posix() for p in family if "gfx950" in p.read_text()] == []
+    assert main(["--root", str(project), "list", "--family", "per_token_group_quant"]) == 0
+    assert "gfx950" not in capsys.readouterr().out

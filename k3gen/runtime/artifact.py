@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
+
+from .files import write_if_changed
 
 LIB = "lib.so"
 RECORD = "k3gen-build.json"
@@ -22,6 +23,12 @@ def full_key(content_key: str, compiler_version: str) -> str:
     return hashlib.sha256(f"{content_key}\0{compiler_version}".encode()).hexdigest()
 
 
+def jit_entry_name(content_key: str, key: str) -> str:
+    """The JIT cache folder of a library: its content key first (what `k3gen list` shows), then the
+    cache key, which binds the compiler, so two compilers never share a folder."""
+    return f"{content_key[:32]}-{key[:16]}"
+
+
 def make_record(family: str, arch: str, content_key: str, compiler: str, compiler_version: str,
                 lib: Path, built_by: str) -> dict:
     return {"format": FORMAT, "family": family, "arch": arch, "key": full_key(content_key, compiler_version),
@@ -31,17 +38,7 @@ def make_record(family: str, arch: str, content_key: str, compiler: str, compile
 
 def write_record(entry: Path, record: dict) -> bool:
     """Write the record atomically (a reader sees the old one or the new one); False if unchanged."""
-    path = entry / RECORD
-    text = json.dumps(record, indent=1, sort_keys=True) + "\n"
-    try:
-        if path.read_text() == text:
-            return False
-    except OSError:
-        pass
-    tmp = path.with_name(f".{RECORD}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return True
+    return write_if_changed(entry / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n", atomic=True)
 
 
 def check(entry: Path, family: str, arch: str, *, key: str | None = None,

@@ -2,7 +2,10 @@
 
 The content key hashes what the generated tree decides: family, arch, sources and headers (path and
 bytes), compile and link flags (with the csrc path written as a placeholder, so a relocated tree
-keeps its keys). The cache key binds it to the compiler's own version text (artifact.full_key).
+keeps its keys). It is the library's identity: `k3gen list` and `k3gen diff` compute it with this
+same method over the sources they render in memory (k3gen.identity), both build records store it,
+and the JIT entry's folder starts with it. The cache key binds it to the compiler's own version text
+(artifact.full_key), which only the machine that builds can know.
 
 Lookup order (ensure_built):
 1. AOT: each directory of $K3GEN_AOT_DIR (os.pathsep-separated), or, when that is unset, the
@@ -10,13 +13,12 @@ Lookup order (ensure_built):
    when its record has this family, arch and key and its lib.so still hashes to the record.
    Without a compiler here the key cannot be computed: the content key must match instead.
 2. K3GEN_NO_JIT=1: stop here; a missing AOT artifact is a K3BuildError naming the command to build it.
-3. JIT cache: <cache>/<family>/<arch>/<key[:32]>/, built under a file lock in a staging directory
+3. JIT cache: <cache>/<family>/<arch>/<content key[:32]>-<key[:16]>/ (artifact.jit_entry_name),
+   built under a file lock in a staging directory
    and made visible by one atomic rename, with the same record; an invalid entry is rebuilt.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from . import artifact, ninja
 from .errors import K3BuildError, K3ToolchainMissing
+from .files import locked, write_if_changed
 from .toolchain import backend_of, compile_flags, compiler_name, compiler_version, find_compiler, link_flags
 
 log = logging.getLogger("k3gen")
@@ -69,8 +72,12 @@ class BuildRequest:
     def commands(self) -> tuple[str, list[str], list[str]]:
         return (find_compiler(self.backend), *self.flags())
 
-    def content_key(self) -> str:
-        """Everything but the compiler: computable on a machine that has no compiler."""
+    def content_key(self, read=None) -> str:
+        """Everything but the compiler: computable on a machine that has no compiler.
+
+        read(rel) -> bytes gives a file's bytes by its name relative to csrc/<family>/ (the generator
+        passes its rendered files; default: the files on disk).
+        """
         cflags, lflags = self.flags()
         here = str(self.csrc)
         normalized = [[f.replace(here, CSRC_PLACEHOLDER) for f in fs] for fs in (cflags, lflags)]
@@ -78,7 +85,7 @@ class BuildRequest:
         for part in ("k3gen-content-1", self.family, self.arch, json.dumps(normalized)):
             h.update(part.encode() + b"\0")
         for rel, f in zip((*self.sources, *self.headers), self.files()):
-            h.update(rel.encode() + b"\0" + _read(f) + b"\0")
+            h.update(rel.encode() + b"\0" + (read(rel) if read else _read(f)) + b"\0")
         return h.hexdigest()
 
     def key(self, content_key: str | None = None) -> str:
@@ -152,11 +159,12 @@ def ensure_built(req: BuildRequest, root: Path | None = None) -> Path:
 def _ensure_jit(req: BuildRequest, key: str, content_key: str, root: Path) -> Path:
     """Build once across threads and processes; never return an entry its record does not vouch for."""
     parent = root / req.family / req.arch
-    final = parent / key[:32]
+    name = artifact.jit_entry_name(content_key, key)
+    final = parent / name
     if artifact.check(final, req.family, req.arch, key=key)[0]:
         return final / LIB
     parent.mkdir(parents=True, exist_ok=True)
-    with _locked(parent / f"{key[:32]}.lock"):
+    with locked(parent / f"{name}.lock"):
         if artifact.check(final, req.family, req.arch, key=key)[0]:  # another process finished it first
             return final / LIB
         # Holding the lock, anything else for this key is debris of an interrupted build.
@@ -178,22 +186,12 @@ def _ensure_jit(req: BuildRequest, key: str, content_key: str, root: Path) -> Pa
     return final / LIB
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def write_ninja(req: BuildRequest, build_dir: Path) -> Path:
     compiler, cflags, lflags = req.commands()
     srcs = [req.csrc / req.family / s for s in req.sources]
     lines, lib = ninja.library_edges(srcs, compiler, cflags, lflags, "", f"{req.family}/{req.arch}")
     path = build_dir / "build.ninja"
-    path.write_text("\n".join([ninja.RULES, *lines, f"default {lib}", ""]))
+    write_if_changed(path, "\n".join([ninja.RULES, *lines, f"default {lib}", ""]))
     return path
 
 

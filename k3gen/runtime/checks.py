@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import torch
 
+from .dtypes import DTYPES
 from .errors import K3UnsupportedError
 
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
-                torch.float8_e4m3fn: "fp8", torch.int32: "i32"}
+# Spec spellings in messages (bf16, not torch.bfloat16), from the one dtype table.
+_DTYPE_NAMES = {getattr(torch, d.torch): d.name for d in DTYPES.values()}
 
 
 def dtype_name(dtype) -> str:

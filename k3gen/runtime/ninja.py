@@ -55,16 +55,6 @@ def library_edges(sources: list[Path], compiler: str, cflags: list[str], lflags:
     return lines, lib
 
 
-def write_if_changed(file: Path, text: str) -> None:
-    """Rewriting build.ninja with the same bytes keeps a rerun a true no-op."""
-    try:
-        if file.read_text() == text:
-            return
-    except OSError:
-        pass
-    file.write_text(text)
-
-
 def run(build_dir: Path, jobs: int | str | None, *, capture: bool, keep_going: bool = False,
         targets: list[str] = ()) -> subprocess.CompletedProcess:
     cmd = [find_ninja(), "-C", str(build_dir)]
