@@ -14,7 +14,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from .errors import FieldError
 
