@@ -162,7 +162,7 @@ def bench_host() -> tuple[list[dict], list[str]]:
     return rows, verdicts
 
 
-def plot_host(rows: list[dict], path: Path) -> None:
+def plot_host(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -178,7 +178,7 @@ def plot_host(rows: list[dict], path: Path) -> None:
     sig = next(r["sigmoid_us"] for r in rows if r["tree"] == trees[-1])
     ax.axhline(1.3 * sig, color="k", ls=":", lw=1, label="1.3 x torch.sigmoid (target)")
     ax.set_xticks([i + width * (len(trees) - 1) / 2 for i in range(len(names))], names, rotation=20, fontsize=8)
-    ax.set(ylabel="us per eager call (median)", title="host path per call, M=1")
+    ax.set(ylabel="us per eager call (median)", title=f"{title}: eager call, M=1")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -223,7 +223,7 @@ def main() -> int:
                 "(bench/host.py)" if family == "host" else "CUDA graph of 20 calls, median of 30 replays; "
                 "copy = device-to-device copy of the same bytes moved (read + write)"}
         (args.out / f"{family}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-        (plot_host if family == "host" else plot)(rows, args.out / f"{family}.png", *([] if family == "host" else [family]))
+        (plot_host if family == "host" else plot)(rows, args.out / f"{family}.png", family)
         print(f"== {family} on {meta['device']}")
         print("\n".join(verdicts))
     return 0

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .escape import visible
+
 
 @dataclass(frozen=True, order=True)
 class SpecError:
@@ -16,12 +18,7 @@ class SpecError:
 
     def __str__(self) -> str:
         where = f'kernel "{self.kernel}", {self.field}' if self.kernel else self.field
-        return _printable(f"{self.file}:{self.line} ({where}): {self.message}")
-
-
-def _printable(text: str) -> str:
-    """One line any terminal can print: a spec's control characters and lone surrogates escaped."""
-    return "".join(c if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF else ascii(c)[1:-1] for c in text)
+        return visible(f"{self.file}:{self.line} ({where}): {self.message}")
 
 
 class SpecErrors(Exception):
@@ -68,7 +65,7 @@ class UnknownFamilyError(ValueError):
     def __init__(self, unknown: list[str], known: list[str]):
         self.unknown, self.known = unknown, known
         names = ", ".join(f"'{n}'" for n in unknown)
-        super().__init__(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {_printable(names)}; "
+        super().__init__(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {visible(names)}; "
                          f"families: {', '.join(known) or 'none'}")
 
     @classmethod

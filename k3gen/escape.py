@@ -41,19 +41,19 @@ def c_string(text) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _visible(text) -> str:
+def visible(text) -> str:
     """Control characters and lone surrogates as their escapes: a text stays one line of real characters."""
     return "".join(c if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF else ascii(c)[1:-1] for c in str(text))
 
 
 def one_line(text) -> str:
     """Text for a comment of any language: one line, no control characters, no C comment end."""
-    return _visible(text).replace("*/", "* /")
+    return visible(text).replace("*/", "* /")
 
 
 def docstring(text) -> str:
     """Text inside a triple-quoted Python docstring: backslashes and quotes cannot end or bend it."""
-    return _visible(text).replace("\\", "\\\\").replace('"', '\\"')
+    return visible(text).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def markdown(text) -> str:
