@@ -4,10 +4,10 @@ says what it supports where it is read."""
 from __future__ import annotations
 
 import ast
-import json
 
 from . import gate_eval
 from .dtypes import DTYPES
+from .escape import c_string
 from .limits import Rule
 
 
@@ -20,7 +20,7 @@ def cpp_asserts(p) -> list[str]:
     s, lines = p.spec, []
 
     def assert_(condition: str, name: str, line: int, text: str) -> None:
-        lines.append(f"static_assert({condition}, {json.dumps(f'{name}: {limits.at(line)} allows {text}')});")
+        lines.append(f"static_assert({condition}, {c_string(f'{name}: {limits.at(line)} allows {text}')});")
 
     for axis, rule in limits.section("dtypes").items():
         for backend, guard in (("cuda", "#if K3_CUDA"), ("hip", "#else")):
@@ -43,7 +43,7 @@ def cpp_asserts(p) -> list[str]:
         assert_(_cpp_condition(width, rule), f"vector.{kind}", rule.line, rule.describe())
     for check in limits.checks:
         lines.append(f"static_assert({_cpp_expr(check.source)}, "
-                     f"{json.dumps(f'{limits.at(check.line)} requires {check.source}: {check.why}')});")
+                     f"{c_string(f'{limits.at(check.line)} requires {check.source}: {check.why}')});")
     return lines
 
 
