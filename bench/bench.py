@@ -134,19 +134,21 @@ def bench_route_quant_fused() -> tuple[list[dict], list[str]]:
 def bench_host() -> tuple[list[dict], list[str]]:
     """Eager µs per call at M=1 (bench/host.py in a fresh process per tree), against torch.sigmoid and
     torch.topk timed in the same process. A checkout at build/before (an older commit) is timed in the
-    same run as the work tree, for before/after."""
+    same run as the work tree, for before/after; the work tree runs twice: its C++ call path
+    (k3gen/runtime/csrc/k3host.cpp) and its Python fallback (K3GEN_HOST_PATH=python)."""
     import os
     import subprocess
     import tempfile
 
     repo = Path(__file__).resolve().parents[1]
-    trees = [("before", repo / "build" / "before"), ("after", repo)]
+    trees = [("before", repo / "build" / "before", {}), ("python path", repo, {"K3GEN_HOST_PATH": "python"}),
+             ("after", repo, {})]
     rows, verdicts = [], []
-    for label, tree in trees:
+    for label, tree, extra_env in trees:
         if not (tree / "generated" / "k3kernels").is_dir():
             continue
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
-            env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'generated'}")
+            env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'generated'}", **extra_env)
             subprocess.run([sys.executable, str(repo / "bench" / "host.py"), "--json", f.name], env=env, check=True,
                            stdout=subprocess.DEVNULL)
             got = json.loads(Path(f.name).read_text())

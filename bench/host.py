@@ -60,6 +60,8 @@ def calls() -> dict:
         out["route_topk"] = lambda: fam["route_topk"].route_topk(s896, b896, 16)
     if "route_topk_e256" in fam:
         out["route_topk_e256"] = lambda: fam["route_topk_e256"].route_topk_e256(s256, b256, 8)
+    if "route_topk_aiter" in fam:
+        out["route_topk_aiter"] = lambda: fam["route_topk_aiter"].route_topk_aiter(s896, b896, 16)
     if "route_quant_fused" in fam:
         out["route_quant_fused"] = lambda: fam["route_quant_fused"].route_quant_fused(s896, b896, x3584, 16)
     return out

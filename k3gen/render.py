@@ -121,6 +121,7 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
                 tensors=host_tensors(p), dtype_bindings=dtype_bindings(p),
                 outputs=[n for n, t in p.spec.signature.tensors.items() if t.output],
                 pointers=pointer_tensors(p))
+    host["fast_args"] = fast_path_args(p, host["pointers"], host["call"]["names"].split(", "))
     out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, p=p, **host)
     out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, **host)
     if p.runners:  # this family is the front of the runner table
@@ -133,6 +134,11 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
 def render_doc(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     """generated/docs/<family>.md; k3gen.docs computes its tables (the index: render_all)."""
     return {f"docs/{p.name}.md": _render(env, "common/doc.md.j2", p, p=p, spec=p.spec, doc=docs.family_doc(p))}
+
+
+def fast_path_args(p: FamilyPlan, pointers: list[str], names: list[str]) -> list[str]:
+    """A call as the fast path takes it (k3gen.runtime.fastpath): Args tensors, then the rest in call order."""
+    return [*pointers, *(n for n in names if n not in pointers)]
 
 
 def pointer_tensors(p: FamilyPlan) -> list[str]:

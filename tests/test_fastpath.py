@@ -3,6 +3,7 @@ signature equals the checked one; strides, alignment, dtype, device and shape ch
 The CPU half tests the keys and the cache; the GPU half calls the generated wrappers."""
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import pytest
@@ -12,104 +13,158 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from k3gen.oracles import situ_and_mul as situ_oracle
 from k3gen.runtime import K3UnsupportedError
 from k3gen.runtime import fastpath
-from k3gen.runtime.fastpath import CallCache, FastCall, tensor_key
+from k3gen.runtime import fastpath, hostext
+from k3gen.runtime.fastpath import FastPath, PyFastPath
 
 A = 16
 
 
-def test_a_key_changes_with_every_checked_property():
+def _sig(*args, n_tensors=1):
+    return PyFastPath(n_tensors, A, None)._signature(args)
+
+
+def test_a_signature_changes_with_every_checked_property():
     base = torch.zeros(4, 64, dtype=torch.bfloat16)
-    key = tensor_key(base, A)
-    assert tensor_key(torch.zeros(4, 64, dtype=torch.bfloat16), A)[:4] == key[:4]  # another tensor, same class
+    key = _sig(base)
+    assert _sig(torch.zeros(4, 64, dtype=torch.bfloat16)) == key  # another tensor, same class
     others = {
         "dtype": torch.zeros(4, 64, dtype=torch.float16),
         "shape": torch.zeros(4, 32, dtype=torch.bfloat16),
         "strides": torch.zeros(4, 128, dtype=torch.bfloat16)[:, :64],
         "alignment": torch.zeros(4 * 64 + 1, dtype=torch.bfloat16)[1:].view(4, 64),
+        "device": torch.zeros(4, 64, dtype=torch.bfloat16, device="meta"),
     }
     for what, t in others.items():
-        assert tensor_key(t, A) != key, what
-
-
-def test_the_device_is_its_index_and_minus_one_off_the_gpu():
-    """Entries are made only by calls the checked path accepted, all on a GPU: a CPU or meta tensor
-    (-1) never finds one, and two GPUs have two indices."""
-    assert tensor_key(torch.zeros(2), A)[3] == -1
+        assert _sig(t) != key, what
 
 
 def test_alignment_is_the_pointer_modulo_the_gates_alignment():
     storage = torch.zeros(64, dtype=torch.float32)
-    assert tensor_key(storage[4:8], A)[4] == tensor_key(storage[0:4], A)[4] == storage.data_ptr() % A
-    assert tensor_key(storage[1:5], A)[4] != tensor_key(storage[0:4], A)[4]
+    assert _sig(storage[4:8]) == _sig(storage[0:4])
+    assert _sig(storage[1:5]) != _sig(storage[0:4])
 
 
-def test_non_tensors_are_their_own_key_and_tensor_subclasses_are_never_keyed():
-    assert tensor_key(None, A) is None
-    assert tensor_key(2.5, A) == 2.5
-    with FakeTensorMode(), pytest.raises(TypeError):
-        tensor_key(torch.empty(2, 2), A)
+def test_scalars_are_keyed_by_type_and_value():
+    t = torch.zeros(2)
+    assert _sig(t, 4.0, "ue8m0") == _sig(t, 4.0, "".join(["ue8", "m0"]))  # equal strings, other objects
+    assert _sig(t, 4.0) != _sig(t, 4)  # an int and a float: two signatures (and two checks)
+    assert _sig(t, True) != _sig(t, 1)
+    assert _sig(None, 2.5) == ((type(None), None)[1], (float, 2.5))
 
 
-def test_each_thread_has_its_own_cache_and_it_is_bounded():
-    cache = CallCache()
-    cache.remember(("sig",), "call")
+def test_tensor_subclasses_and_unhashable_arguments_are_never_cached():
+    impl = PyFastPath(1, A, None)
+    with FakeTensorMode():
+        fake = torch.empty(2, 2)
+    assert impl.remember(_PLAN, fake) is False and impl.call(fake) is None
+    assert impl.remember(_PLAN, torch.zeros(2), [1, 2]) is False
+
+
+def test_each_thread_has_its_own_plans_and_they_are_bounded():
+    impl = PyFastPath(0, A, None)
+    impl.remember(_PLAN, "sig")
     seen = []
-    t = threading.Thread(target=lambda: seen.append(dict(cache.entries)))
+    t = threading.Thread(target=lambda: seen.append(dict(impl._plans())))
     t.start()
     t.join()
-    assert seen == [{}] and cache.entries == {("sig",): "call"}
+    assert seen == [{}] and len(impl._plans()) == 1
     for i in range(5000):
-        cache.remember((i,), i)
-    assert len(cache.entries) <= 1024
+        impl.remember(_PLAN, i)
+    assert len(impl._plans()) <= 1024
+
+
+_ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                               ctypes.c_void_p, ctypes.c_size_t)
+
+
+class _Args(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("M", ctypes.c_int64), ("out", ctypes.c_void_p)]
 
 
 class _Module:
-    """Records launches instead of running them."""
+    """Records launches (key, x pointer, out pointer, M) instead of running them."""
 
-    def __init__(self):
+    args_type = _Args
+
+    def __init__(self, rc=0):
         self.launched = []
 
+        def entry(key, args, stream, index, err, err_len):
+            a = _Args.from_address(args)
+            self.launched.append((key, a.x, a.out, a.M))
+            if rc:
+                ctypes.memmove(err, b"C++ gate refused", 17)
+            return rc
+
+        self.entry = _ENTRY_TYPE(entry)
+
     def entry_for(self, device):
-        def entry(key, args_ref, stream, index, err, err_len):
-            self.launched.append((key, args_ref._obj.x, args_ref._obj.out))
-            return 0
-        return entry, 0
+        return self.entry, 0
+
+
+_PLAN = (1, bytes(16), (), (), (0,), False, False, 1, 0)
 
 
 @pytest.fixture
-def no_cuda_stream(monkeypatch):
+def python_path(monkeypatch):
+    """FastPath on the CPU: the Python implementation, no CUDA stream."""
+    monkeypatch.setattr(hostext, "load", lambda: None)
     monkeypatch.setattr(fastpath, "_raw_stream", lambda index: 0)
 
 
-def _args():
-    import ctypes
+def _remembered(module, x, out, given_out=None):
+    fast = FastPath(module, ["x", "out"], (1,), align=A)
+    assert fast.call(x, given_out, 2.0) is None  # nothing is cached before a checked call
+    fast.remember(0x12, _Args(x=x.data_ptr(), M=4, out=out.data_ptr()), (out,), (x, given_out, 2.0))
+    return fast
 
-    class Args(ctypes.Structure):
-        _fields_ = [("x", ctypes.c_void_p), ("out", ctypes.c_void_p), ("M", ctypes.c_int64)]
-    return Args(M=4)
 
-
-def test_a_fast_call_allocates_with_the_checked_strides_and_updates_pointers(no_cuda_stream):
+def test_a_cached_call_allocates_with_the_checked_strides_and_updates_pointers(python_path):
     module = _Module()
     x, out = torch.zeros(4, 8), torch.empty(8, 4).t()  # the checked path made a column-major output
-    call = FastCall(module, 0x12, _args(), (x, out), ("x", "out"), (1,), (x, None))
+    fast = _remembered(module, x, out)
     x2 = torch.ones(4, 8)
-    (got,) = call.run((x2, None))
+    got = fast.call(x2, None, 2.0)
     assert got.shape == out.shape and got.stride() == out.stride() and got.data_ptr() != out.data_ptr()
-    assert module.launched == [(0x12, x2.data_ptr(), got.data_ptr())]
+    assert module.launched == [(0x12, x2.data_ptr(), got.data_ptr(), 4)]
+    assert fast.call(x2, None, 3.0) is None  # another scalar: checked again
+    assert fast.call(torch.ones(4, 8, dtype=torch.float64), None, 2.0) is None  # another dtype
     mine = torch.empty(8, 4).t()
-    call_given = FastCall(module, 0x12, _args(), (x, mine), ("x", "out"), (1,), (x, mine))
-    assert call_given.run((x2, mine))[0] is mine  # a given output is used, never replaced
+    fast_given = _remembered(module, x, mine, given_out=mine)
+    assert fast_given.call(x2, mine, 2.0) is mine  # a given output is used, never replaced
 
 
-def test_a_fast_call_with_an_empty_output_launches_nothing(no_cuda_stream):
+def test_a_cached_call_with_an_empty_output_launches_nothing(python_path):
     module = _Module()
     x, out = torch.zeros(0, 8), torch.empty(0, 4)
-    FastCall(module, 1, _args(), (x, out), ("x", "out"), (1,), (x, None)).run((x, None))
+    fast = _remembered(module, x, out)
+    assert fast.call(x, None, 2.0).shape == (0, 4)
     assert module.launched == []
 
 
+def test_a_launch_error_of_a_cached_call_raises(python_path):
+    fast = _remembered(_Module(rc=1), torch.zeros(4, 8), torch.empty(4, 4))
+    with pytest.raises(K3UnsupportedError, match="C[+][+] gate refused"):
+        fast.call(torch.zeros(4, 8), None, 2.0)
+
+
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@pytest.fixture(params=["cpp", "python"])
+def host_path(request, monkeypatch):
+    """Each GPU test runs on both implementations, each wrapper with a fresh cache."""
+    if request.param == "python":
+        monkeypatch.setattr(hostext, "load", lambda: None)
+    elif torch.cuda.is_available():
+        assert hostext.load() is not None, "the C++ call path must build on a GPU machine"
+    import k3kernels
+
+    for name in k3kernels.FAMILIES:
+        module = __import__(f"k3kernels.{name}", fromlist=["_FAST"])
+        old = module._FAST
+        monkeypatch.setattr(module, "_FAST", FastPath(old.module, old.pointers, old.outputs, old.align))
+    return request.param
 
 
 def _situ():
@@ -131,7 +186,7 @@ def _close(got, want):
 
 
 @gpu
-def test_every_changed_property_is_checked_again_on_the_gpu():
+def test_every_changed_property_is_checked_again_on_the_gpu(host_path):
     fam = _situ()
     beta, lbeta = situ_oracle.BETA, situ_oracle.LINEAR_BETA
     x = torch.randn(8, 512, device="cuda").to(torch.bfloat16)
@@ -156,7 +211,7 @@ def test_every_changed_property_is_checked_again_on_the_gpu():
 
 
 @gpu
-def test_the_cached_path_equals_the_checked_path_bit_for_bit():
+def test_the_cached_path_equals_the_checked_path_bit_for_bit(host_path):
     fam = _situ()
     x = torch.randn(64, 7168, device="cuda").to(torch.bfloat16)
     checked = fam._run(*fam._resolve(x, 4.0, 2.0))
@@ -166,7 +221,7 @@ def test_the_cached_path_equals_the_checked_path_bit_for_bit():
 
 
 @gpu
-def test_threads_do_not_share_a_cached_args():
+def test_threads_get_their_own_outputs_and_pointers(host_path):
     fam = _situ()
     xs = [torch.randn(16, 1024, device="cuda").to(torch.bfloat16) for _ in range(4)]
     want = [fam._run(*fam._resolve(x, 4.0, 2.0)) for x in xs]
@@ -187,7 +242,7 @@ def test_threads_do_not_share_a_cached_args():
 
 
 @gpu
-def test_a_cached_call_is_captured_by_a_cuda_graph():
+def test_a_cached_call_is_captured_by_a_cuda_graph(host_path):
     fam = _situ()
     x = torch.randn(8, 512, device="cuda").to(torch.bfloat16)
     out = torch.empty(8, 256, device="cuda", dtype=torch.bfloat16)
@@ -205,3 +260,28 @@ def test_a_cached_call_is_captured_by_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, fam._run(*fam._resolve(x, 4.0, 2.0)))
+
+
+@gpu
+def test_multi_output_families_and_str_scalars_cache_correctly(host_path):
+    """route_topk returns a tuple; per_token_group_quant takes a str scalar, here an equal string
+    built per call (a hit) and another value (a miss, checked again)."""
+    from k3kernels import per_token_group_quant as ptgq
+    from k3kernels import route_topk
+
+    if not route_topk.supported_hardware():
+        pytest.skip("needs a GPU of a target arch")
+    scores = torch.randn(4, 896, device="cuda").to(torch.bfloat16)
+    bias = torch.randn(896, device="cuda").to(torch.bfloat16)
+    want = route_topk._run(*route_topk._resolve(scores, bias, 16))
+    for _ in range(3):
+        got = route_topk.route_topk(scores, bias, 16)
+        assert isinstance(got, tuple) and all(torch.equal(g, w) for g, w in zip(got, want))
+    x = torch.randn(8, 512, device="cuda").to(torch.bfloat16)
+    for fmt in ("ue8m0", "".join(["ue8", "m0"]), "fp32_row"):
+        want = ptgq._run(*ptgq._resolve(x, 128, fmt))
+        for _ in range(2):
+            got = ptgq.per_token_group_quant(x, 128, fmt)
+            assert all(torch.equal(g.view(torch.uint8), w.view(torch.uint8)) for g, w in zip(got, want)), fmt
+    if host_path == "cpp":
+        assert type(ptgq._FAST.impl).__name__ == "Family"

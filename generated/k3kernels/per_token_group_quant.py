@@ -190,23 +190,16 @@ def _op_fake(x: torch.Tensor, group_size: int, scale_format: str, fuse_silu_and_
     return _unpack(_resolve(x, group_size, scale_format, fuse_silu_and_mul, fake=True)[2])
 
 
-_CALLS = rt.CallCache()  # the checked resolution of each call signature seen (k3gen.runtime.fastpath)
-_tensor_key = rt.tensor_key
-# Args fields holding a tensor, in field order; the outputs among them, in return order.
-_POINTERS = ['x', 'out', 'out_scale']
-_OUTPUTS = (1, 2)
+# Checked calls, cached by signature (k3gen.runtime.fastpath): the Args fields holding a tensor, in
+# field order, and the outputs among them, in return order.
+_FAST = rt.FastPath(MODULE, ['x', 'out', 'out_scale'], (1, 2), align=16)
 
 
-def _checked_call(signature, tensors, x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None):
-    """Check the call in full (raising what _resolve raises) and remember it for its signature."""
+def _checked(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None):
+    """Check the call in full (raising what _resolve raises), remember it, run it."""
     key, args, outputs = _resolve(x, group_size, scale_format, fuse_silu_and_mul, out, out_scale)
-    resolved = list(tensors)
-    for i, output in zip(_OUTPUTS, outputs):
-        resolved[i] = output
-    call = rt.FastCall(MODULE, key, args, tuple(resolved), _POINTERS, _OUTPUTS, tensors)
-    if signature is not None:
-        _CALLS.remember(signature, call)
-    return call
+    _FAST.remember(key, args, outputs, (x, out, out_scale, group_size, scale_format, fuse_silu_and_mul,))
+    return _run(key, args, outputs)
 
 
 def _run(key, args, outputs):
@@ -230,12 +223,5 @@ def per_token_group_quant(x, group_size=128, scale_format='fp32_row', fuse_silu_
     if torch.compiler.is_compiling():
         result = _op(x, group_size, scale_format, fuse_silu_and_mul)
         return tuple(r if o is None else o.copy_(r) for r, o in zip(result, (out, out_scale)))
-    tensors = (x, out, out_scale,)
-    try:
-        signature = (_tensor_key(x, 16), group_size, scale_format, fuse_silu_and_mul, _tensor_key(out, 16), _tensor_key(out_scale, 16), )
-        call = _CALLS.entries.get(signature)
-    except TypeError:  # an argument that cannot be a key (a list, a tensor subclass): check it in full
-        signature = call = None
-    if call is None:
-        call = _checked_call(signature, tensors, x, group_size, scale_format, fuse_silu_and_mul, out, out_scale)
-    return _unpack(call.run(tensors))
+    result = _FAST.call(x, out, out_scale, group_size, scale_format, fuse_silu_and_mul)
+    return _checked(x, group_size, scale_format, fuse_silu_and_mul, out, out_scale) if result is None else result

@@ -173,23 +173,16 @@ def _op_fake(scores: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, topk: in
     return _unpack(_resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, fake=True)[2])
 
 
-_CALLS = rt.CallCache()  # the checked resolution of each call signature seen (k3gen.runtime.fastpath)
-_tensor_key = rt.tensor_key
-# Args fields holding a tensor, in field order; the outputs among them, in return order.
-_POINTERS = ['scores', 'bias', 'x', 'out_weights', 'out_ids', 'out_q', 'out_scale']
-_OUTPUTS = (3, 4, 5, 6)
+# Checked calls, cached by signature (k3gen.runtime.fastpath): the Args fields holding a tensor, in
+# field order, and the outputs among them, in return order.
+_FAST = rt.FastPath(MODULE, ['scores', 'bias', 'x', 'out_weights', 'out_ids', 'out_q', 'out_scale'], (3, 4, 5, 6), align=16)
 
 
-def _checked_call(signature, tensors, scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None, out_q=None, out_scale=None):
-    """Check the call in full (raising what _resolve raises) and remember it for its signature."""
+def _checked(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None, out_q=None, out_scale=None):
+    """Check the call in full (raising what _resolve raises), remember it, run it."""
     key, args, outputs = _resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids, out_q, out_scale)
-    resolved = list(tensors)
-    for i, output in zip(_OUTPUTS, outputs):
-        resolved[i] = output
-    call = rt.FastCall(MODULE, key, args, tuple(resolved), _POINTERS, _OUTPUTS, tensors)
-    if signature is not None:
-        _CALLS.remember(signature, call)
-    return call
+    _FAST.remember(key, args, outputs, (scores, bias, x, out_weights, out_ids, out_q, out_scale, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor,))
+    return _run(key, args, outputs)
 
 
 def _run(key, args, outputs):
@@ -213,12 +206,5 @@ def route_quant_fused(scores, bias, x, topk, num_expert_group=1, topk_group=1, r
     if torch.compiler.is_compiling():
         result = _op(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor)
         return tuple(r if o is None else o.copy_(r) for r, o in zip(result, (out_weights, out_ids, out_q, out_scale)))
-    tensors = (scores, bias, x, out_weights, out_ids, out_q, out_scale,)
-    try:
-        signature = (_tensor_key(scores, 16), _tensor_key(bias, 16), _tensor_key(x, 16), topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, _tensor_key(out_weights, 16), _tensor_key(out_ids, 16), _tensor_key(out_q, 16), _tensor_key(out_scale, 16), )
-        call = _CALLS.entries.get(signature)
-    except TypeError:  # an argument that cannot be a key (a list, a tensor subclass): check it in full
-        signature = call = None
-    if call is None:
-        call = _checked_call(signature, tensors, scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids, out_q, out_scale)
-    return _unpack(call.run(tensors))
+    result = _FAST.call(scores, bias, x, out_weights, out_ids, out_q, out_scale, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor)
+    return _checked(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids, out_q, out_scale) if result is None else result

@@ -146,23 +146,16 @@ def _op_fake(scores: torch.Tensor, bias: torch.Tensor, topk: int, num_expert_gro
     return _unpack(_resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, fake=True)[2])
 
 
-_CALLS = rt.CallCache()  # the checked resolution of each call signature seen (k3gen.runtime.fastpath)
-_tensor_key = rt.tensor_key
-# Args fields holding a tensor, in field order; the outputs among them, in return order.
-_POINTERS = ['scores', 'bias', 'out_weights', 'out_ids']
-_OUTPUTS = (2, 3)
+# Checked calls, cached by signature (k3gen.runtime.fastpath): the Args fields holding a tensor, in
+# field order, and the outputs among them, in return order.
+_FAST = rt.FastPath(MODULE, ['scores', 'bias', 'out_weights', 'out_ids'], (2, 3), align=1)
 
 
-def _checked_call(signature, tensors, scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None):
-    """Check the call in full (raising what _resolve raises) and remember it for its signature."""
+def _checked(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None):
+    """Check the call in full (raising what _resolve raises), remember it, run it."""
     key, args, outputs = _resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids)
-    resolved = list(tensors)
-    for i, output in zip(_OUTPUTS, outputs):
-        resolved[i] = output
-    call = rt.FastCall(MODULE, key, args, tuple(resolved), _POINTERS, _OUTPUTS, tensors)
-    if signature is not None:
-        _CALLS.remember(signature, call)
-    return call
+    _FAST.remember(key, args, outputs, (scores, bias, out_weights, out_ids, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor,))
+    return _run(key, args, outputs)
 
 
 def _run(key, args, outputs):
@@ -186,12 +179,5 @@ def route_topk(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize
     if torch.compiler.is_compiling():
         result = _op(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor)
         return tuple(r if o is None else o.copy_(r) for r, o in zip(result, (out_weights, out_ids)))
-    tensors = (scores, bias, out_weights, out_ids,)
-    try:
-        signature = (_tensor_key(scores, 1), _tensor_key(bias, 1), topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, _tensor_key(out_weights, 1), _tensor_key(out_ids, 1), )
-        call = _CALLS.entries.get(signature)
-    except TypeError:  # an argument that cannot be a key (a list, a tensor subclass): check it in full
-        signature = call = None
-    if call is None:
-        call = _checked_call(signature, tensors, scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids)
-    return _unpack(call.run(tensors))
+    result = _FAST.call(scores, bias, out_weights, out_ids, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor)
+    return _checked(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids) if result is None else result

@@ -146,23 +146,16 @@ def _op_fake(x: torch.Tensor, beta: float, linear_beta: Optional[float], out_dty
     return _unpack(_resolve(x, beta, linear_beta, out_dtype=out_dtype, fake=True)[2])
 
 
-_CALLS = rt.CallCache()  # the checked resolution of each call signature seen (k3gen.runtime.fastpath)
-_tensor_key = rt.tensor_key
-# Args fields holding a tensor, in field order; the outputs among them, in return order.
-_POINTERS = ['x', 'out']
-_OUTPUTS = (1,)
+# Checked calls, cached by signature (k3gen.runtime.fastpath): the Args fields holding a tensor, in
+# field order, and the outputs among them, in return order.
+_FAST = rt.FastPath(MODULE, ['x', 'out'], (1,), align=16)
 
 
-def _checked_call(signature, tensors, x, beta, linear_beta=None, out=None):
-    """Check the call in full (raising what _resolve raises) and remember it for its signature."""
+def _checked(x, beta, linear_beta=None, out=None):
+    """Check the call in full (raising what _resolve raises), remember it, run it."""
     key, args, outputs = _resolve(x, beta, linear_beta, out)
-    resolved = list(tensors)
-    for i, output in zip(_OUTPUTS, outputs):
-        resolved[i] = output
-    call = rt.FastCall(MODULE, key, args, tuple(resolved), _POINTERS, _OUTPUTS, tensors)
-    if signature is not None:
-        _CALLS.remember(signature, call)
-    return call
+    _FAST.remember(key, args, outputs, (x, out, beta, linear_beta,))
+    return _run(key, args, outputs)
 
 
 def _run(key, args, outputs):
@@ -186,12 +179,5 @@ def situ_and_mul(x, beta, linear_beta=None, out=None):
     if torch.compiler.is_compiling():
         result = _op(x, beta, linear_beta, out.dtype if out is not None else None)
         return result if out is None else out.copy_(result)
-    tensors = (x, out,)
-    try:
-        signature = (_tensor_key(x, 16), beta, linear_beta, _tensor_key(out, 16), )
-        call = _CALLS.entries.get(signature)
-    except TypeError:  # an argument that cannot be a key (a list, a tensor subclass): check it in full
-        signature = call = None
-    if call is None:
-        call = _checked_call(signature, tensors, x, beta, linear_beta, out)
-    return _unpack(call.run(tensors))
+    result = _FAST.call(x, out, beta, linear_beta)
+    return _checked(x, beta, linear_beta, out) if result is None else result

@@ -10,8 +10,7 @@ from .errors import K3BuildError, K3Error, K3ToolchainMissing, K3UnsupportedErro
 _LAZY = {name: "checks" for name in ("check_choice", "check_dtype", "check_input", "check_layout", "check_shape",
                                      "check_tensor", "data_ptr", "dtype_name", "empty", "gate_failed",
                                      "prepare_output", "uncovered")}
-_LAZY.update(FamilyModule="module", device_arch="module", CallCache="fastpath", FastCall="fastpath",
-             tensor_key="fastpath")
+_LAZY.update(FamilyModule="module", device_arch="module", FastPath="fastpath")
 
 __all__ = sorted(["K3BuildError", "K3Error", "K3ToolchainMissing", "K3UnsupportedError", *_LAZY])
 

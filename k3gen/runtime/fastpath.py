@@ -1,11 +1,16 @@
-"""The steady state of a wrapper call: one dict lookup, fresh outputs, pointer updates, one launch.
+"""The steady state of a wrapper call: one lookup, fresh outputs, pointer updates, one launch.
 
 The checked path (the generated `_resolve`) decides everything about a call from its *signature*:
 each tensor's dtype, shape, strides, device and data pointer modulo the largest alignment a gate asks
-for, and every other argument's value. So a call whose signature was checked before is served by
-the resolution cached for it; a call that differs in any of those (strides, alignment, dtype,
-device, shape) misses and is checked again. A family whose gates read a pointer other than as
-`T.ptr % N` has no alignment class, and its generated wrapper always takes the checked path.
+for, and every other argument's type and value. So a call whose signature was checked before is
+served by the plan made for it; a call that differs in any of those (strides, alignment, dtype,
+device, shape, a scalar) misses and is checked again. A family whose gates read a pointer other
+than as `T.ptr % N` has no alignment class, and its generated wrapper always takes the checked path.
+
+Two implementations of one contract (`call(*tensors, *scalars)` → outputs or None on a miss;
+`remember(plan, *tensors, *scalars)`): the C++ one (csrc/k3host.cpp, via hostext) and PyFastPath,
+used where the C++ one cannot be built. The generated wrapper passes the Args-field tensors first, in
+field order (None for an omitted one), then the other arguments in call order.
 """
 from __future__ import annotations
 
@@ -14,67 +19,120 @@ import threading
 
 import torch
 
-from .module import ERR_LEN, raise_launch_error, raw_stream as _raw_stream
+from . import hostext
+from .module import ERR_LEN, raise_launch_error
+from .module import raw_stream as _raw_stream
 
 _Tensor = torch.Tensor
 _empty_strided = torch.empty_strided
-_MAX_ENTRIES = 1024  # signatures remembered per thread; an engine sees a handful per family
+_MAX_ENTRIES = 1024  # signatures remembered per family; an engine sees a handful
 
 
-def tensor_key(t, align: int):
-    """A tensor's part of the call signature; anything else is its own key (None, a number)."""
+class FastPath:
+    """One family's cache of checked calls. `call` misses (returns None) until the first checked
+    call picks the implementation, so importing a wrapper builds and loads nothing."""
+
+    def __init__(self, module, pointers: list[str], outputs: tuple[int, ...], align: int):
+        """`pointers`: the Args fields that hold a tensor, in field order; `outputs`: the positions of
+        the outputs among them, in return order; `align`: the largest pointer alignment a gate reads."""
+        self.module, self.pointers, self.outputs, self.align = module, pointers, outputs, align
+        self.offsets = tuple((getattr(module.args_type, name).offset, slot) for slot, name in enumerate(pointers))
+        self.n_tensors = len(pointers)
+        self.impl = None
+        self.call = _miss
+
+    def remember(self, key: int, args, outputs: tuple, call_args: tuple) -> None:
+        """Cache the checked call `call_args` (tensors first) that resolved to `key`, `args`, `outputs`."""
+        given = call_args[: self.n_tensors]
+        device = outputs[0].device
+        entry, index = self.module.entry_for(device)
+        allocate = tuple((slot, o) for slot, o in zip(self.outputs, outputs) if given[slot] is None)
+        skip = any(o.numel() == 0 for o in outputs)
+        plan = (key, bytes(args), self.offsets, allocate, self.outputs, len(self.outputs) > 1, skip,
+                ctypes.cast(entry, ctypes.c_void_p).value, index)
+        if self.impl is None:
+            ext = hostext.load()
+            self.impl = (ext.Family if ext else PyFastPath)(self.n_tensors, self.align, _on_error)
+            self.call = self.impl.call
+        self.impl.remember(plan, *call_args)
+
+
+def _miss(*_):
+    return None
+
+
+def _on_error(rc: int, message: bytes) -> None:
+    raise_launch_error(rc, message)
+
+
+def _tensor_key(t, align: int):
     if type(t) is _Tensor:  # subclasses (fake and functional tensors) take the checked path
-        return t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() % align  # device: -1 off the GPU
+        return t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % align
     if isinstance(t, _Tensor):
         raise TypeError("not a plain tensor")  # never cached
     return t
 
 
-class CallCache(threading.local):
-    """Resolutions per signature, one dict per thread: a cached Args is filled in place, so two
-    threads must never share one."""
+class PyFastPath:
+    """The C++ path's contract in Python (same signature, same plans), for machines without it."""
 
-    def __init__(self):
-        self.entries: dict = {}
+    def __init__(self, n_tensors: int, align: int, on_error):
+        self.n_tensors, self.align, self.on_error = n_tensors, align, on_error
+        self.local = threading.local()  # a plan's Args buffer is patched per call: one per thread
 
-    def remember(self, signature, call: "FastCall") -> None:
-        if len(self.entries) >= _MAX_ENTRIES:
-            self.entries.clear()
-        self.entries[signature] = call
+    def _signature(self, args: tuple):
+        n, align = self.n_tensors, self.align
+        return tuple(_tensor_key(a, align) if i < n else (type(a), a) for i, a in enumerate(args))
+
+    def _plans(self) -> dict:
+        plans = getattr(self.local, "plans", None)
+        if plans is None:
+            plans = self.local.plans = {}
+        return plans
+
+    def remember(self, plan: tuple, *args) -> bool:
+        try:
+            signature = self._signature(args)
+            plans = self._plans()
+            if len(plans) >= _MAX_ENTRIES:
+                plans.clear()
+            plans[signature] = _PyPlan(plan)
+        except TypeError:  # an argument that cannot be a key (a list, a tensor subclass)
+            return False
+        return True
+
+    def call(self, *args):
+        try:
+            plan = self._plans().get(self._signature(args))
+        except TypeError:
+            return None
+        return None if plan is None else plan.run(args, self.on_error)
 
 
-class FastCall:
-    """A checked call, ready to repeat: its switch key, its Args (scalars and strides filled), which
-    Args fields hold which tensor, and the outputs to allocate (shape, strides, dtype, device).
-    It belongs to one thread (CallCache), so it owns its Args and its error buffer outright."""
+class _PyPlan:
+    __slots__ = ("key", "buf", "cells", "allocate", "returns", "as_tuple", "skip", "entry", "device")
 
-    __slots__ = ("entry", "key", "args", "args_ref", "err", "index", "pointers", "allocate", "returns", "skip")
+    def __init__(self, plan: tuple):
+        key, args, offsets, allocate, self.returns, self.as_tuple, self.skip, entry, self.device = plan
+        self.key = key
+        self.buf = ctypes.create_string_buffer(args, len(args))
+        self.cells = tuple((ctypes.c_void_p.from_buffer(self.buf, off), slot) for off, slot in offsets)
+        self.allocate = tuple((slot, tuple(o.shape), o.stride(), o.dtype, o.device) for slot, o in allocate)
+        self.entry = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                      ctypes.c_char_p, ctypes.c_size_t)(entry)
 
-    def __init__(self, module, key: int, args, tensors: tuple, pointer_fields: tuple, outputs: tuple,
-                 given: tuple):
-        """`tensors`: the call's tensors in Args field order after the checked path (outputs
-        allocated); `given`: the same as the caller passed them (None where an output was allocated);
-        `outputs`: positions of the outputs in `tensors`, in return order."""
-        device = tensors[outputs[0]].device
-        self.entry, self.index = module.entry_for(device)
-        self.key, self.args, self.args_ref = key, args, ctypes.byref(args)
-        self.err = ctypes.create_string_buffer(ERR_LEN)
-        self.pointers = tuple(zip(pointer_fields, range(len(tensors))))
-        self.allocate = tuple((i, tuple(t.shape), t.stride(), t.dtype, t.device)
-                              for i, (t, g) in enumerate(zip(tensors, given)) if g is None and i in outputs)
-        self.returns = outputs
-        self.skip = any(tensors[i].numel() == 0 for i in outputs)
-
-    def run(self, tensors: tuple) -> list:
-        ts = list(tensors)
-        for i, shape, stride, dtype, device in self.allocate:
-            ts[i] = _empty_strided(shape, stride, dtype=dtype, device=device)
-        args = self.args
-        for field, i in self.pointers:
-            t = ts[i]
-            setattr(args, field, 0 if t is None else t.data_ptr())
+    def run(self, args: tuple, on_error):
+        ts = list(args)
+        for slot, shape, stride, dtype, device in self.allocate:
+            ts[slot] = _empty_strided(shape, stride, dtype=dtype, device=device)
+        for cell, slot in self.cells:
+            t = ts[slot]
+            cell.value = None if t is None else t.data_ptr()
         if not self.skip:
-            rc = self.entry(self.key, self.args_ref, _raw_stream(self.index), self.index, self.err, ERR_LEN)
+            err = ctypes.create_string_buffer(ERR_LEN)
+            rc = self.entry(self.key, self.buf, _raw_stream(self.device), self.device, err, ERR_LEN)
             if rc:
-                raise_launch_error(rc, self.err)
-        return [ts[i] for i in self.returns]
+                on_error(rc, err.value)
+        if self.as_tuple:
+            return tuple(ts[i] for i in self.returns)
+        return ts[self.returns[0]]

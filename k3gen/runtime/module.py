@@ -98,13 +98,13 @@ class FamilyModule:
         err = ctypes.create_string_buffer(ERR_LEN)
         rc = fn(key, ctypes.byref(args), raw_stream(index), index, err, ERR_LEN)
         if rc:
-            raise_launch_error(rc, err)
+            raise_launch_error(rc, err.value)
 
 
-def raise_launch_error(rc: int, err) -> None:
+def raise_launch_error(rc: int, message: bytes) -> None:
     if rc == 1:  # a C++ gate refused: the Python gates should have caught it first
-        raise K3UnsupportedError(err.value.decode(errors="replace"))
-    raise K3Error(err.value.decode(errors="replace"))
+        raise K3UnsupportedError(message.decode(errors="replace"))
+    raise K3Error(message.decode(errors="replace"))
 
 
 # The current stream of a device, as the raw pointer the C entry takes (read per call, so CUDA

@@ -1,0 +1,106 @@
+"""The C++ call path (csrc/k3host.cpp): built once per torch and Python build, shared by every family.
+
+It is host code against torch's headers, compiled by the system C++ compiler into the JIT cache
+(<cache>/_host/<key>/), under a lock and published by one atomic rename. Its key
+hashes what changes the binary: the source, the command line, the compiler's version, torch's
+version and the Python ABI. When it cannot be had (torch without CUDA or HIP, no C++ compiler,
+K3GEN_NO_JIT=1 and nothing built, or K3GEN_HOST_PATH=python), the wrappers keep the Python fast
+path (fastpath.PyFastPath) and one log line says why.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+
+from .cache import cache_root, jit_disabled
+from .files import locked, write_if_changed
+
+log = logging.getLogger("k3gen")
+SOURCE = Path(__file__).parent / "csrc" / "k3host.cpp"
+_NAME = "_k3host"
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _command(torch, out: Path) -> list[str]:
+    root = Path(torch.__file__).parent
+    gpu_lib = "torch_hip" if torch.version.hip else "torch_cuda"
+    return [os.environ.get("CXX", "c++"), "-O2", "-std=c++17", "-fPIC", "-shared", "-w",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+            f"-I{root / 'include'}", f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(out),
+            f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu", f"-l{gpu_lib}", "-ltorch_python",
+            f"-Wl,-rpath,{root / 'lib'}"]
+
+
+def _key(torch, command: list[str]) -> str:
+    try:
+        version = subprocess.run([command[0], "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        version = ""
+    h = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), "\0".join(command).encode(), version.encode(),
+                 torch.__version__.encode(), sysconfig.get_config_var("SOABI").encode()):
+        h.update(part + b"\0")
+    return h.hexdigest()[:32]
+
+
+def _build(torch) -> Path:
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    probe = _command(torch, Path("<out>"))
+    entry = cache_root() / "_host" / _key(torch, probe)
+    lib = entry / (_NAME + suffix)
+    if lib.is_file() or jit_disabled():
+        return lib
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with locked(entry.parent / f".{entry.name}.lock"):
+        if lib.is_file():
+            return lib
+        stage = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+        try:
+            r = subprocess.run(_command(torch, stage / lib.name), capture_output=True, text=True, timeout=300)
+            if r.returncode != 0:
+                raise OSError(f"{probe[0]} exited {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}")
+            write_if_changed(lib, (stage / lib.name).read_bytes(), atomic=True)  # never half a library
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+    return lib
+
+
+def load():
+    """The `_k3host` module, or None (logged once) when this process uses the Python fast path."""
+    with _lock:
+        if "module" in _state:
+            return _state["module"]
+        module, why = None, None
+        try:
+            import torch
+
+            if os.environ.get("K3GEN_HOST_PATH", "").strip().lower() == "python":
+                why = "K3GEN_HOST_PATH=python"
+            elif not (torch.version.cuda or torch.version.hip):
+                why = "torch has no CUDA or HIP"
+            else:
+                lib = _build(torch)
+                if not lib.is_file():
+                    why = f"K3GEN_NO_JIT=1 and {lib} is not built"
+                else:
+                    spec = importlib.util.spec_from_file_location(_NAME, lib)
+                    module = importlib.util.module_from_spec(spec)
+                    spec.loader.exec_module(module)
+                    sys.modules.setdefault(_NAME, module)
+        except (OSError, ImportError, subprocess.SubprocessError) as exc:
+            module, why = None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if why:
+            log.info("k3gen: the C++ call path is off (%s); wrappers use the Python fast path", why)
+        _state["module"] = module
+        return module
