@@ -214,7 +214,7 @@ def test_every_changed_property_is_checked_again_on_the_gpu(host_path):
 def test_the_cached_path_equals_the_checked_path_bit_for_bit(host_path):
     fam = _situ()
     x = torch.randn(64, 7168, device="cuda").to(torch.bfloat16)
-    checked = fam._run(*fam._resolve(x, 4.0, 2.0))
+    checked = fam._FAST.run(*fam._resolve(x, 4.0, 2.0))
     fam.situ_and_mul(x, 4.0, 2.0)
     cached = fam.situ_and_mul(x, 4.0, 2.0)
     assert torch.equal(checked, cached)
@@ -224,7 +224,7 @@ def test_the_cached_path_equals_the_checked_path_bit_for_bit(host_path):
 def test_threads_get_their_own_outputs_and_pointers(host_path):
     fam = _situ()
     xs = [torch.randn(16, 1024, device="cuda").to(torch.bfloat16) for _ in range(4)]
-    want = [fam._run(*fam._resolve(x, 4.0, 2.0)) for x in xs]
+    want = [fam._FAST.run(*fam._resolve(x, 4.0, 2.0)) for x in xs]
     failures = []
 
     def work(i):
@@ -259,7 +259,7 @@ def test_a_cached_call_is_captured_by_a_cuda_graph(host_path):
     out.zero_()
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, fam._run(*fam._resolve(x, 4.0, 2.0)))
+    assert torch.equal(out, fam._FAST.run(*fam._resolve(x, 4.0, 2.0)))
 
 
 @gpu
@@ -273,13 +273,13 @@ def test_multi_output_families_and_str_scalars_cache_correctly(host_path):
         pytest.skip("needs a GPU of a target arch")
     scores = torch.randn(4, 896, device="cuda").to(torch.bfloat16)
     bias = torch.randn(896, device="cuda").to(torch.bfloat16)
-    want = route_topk._run(*route_topk._resolve(scores, bias, 16))
+    want = route_topk._FAST.run(*route_topk._resolve(scores, bias, 16))
     for _ in range(3):
         got = route_topk.route_topk(scores, bias, 16)
         assert isinstance(got, tuple) and all(torch.equal(g, w) for g, w in zip(got, want))
     x = torch.randn(8, 512, device="cuda").to(torch.bfloat16)
     for fmt in ("ue8m0", "".join(["ue8", "m0"]), "fp32_row"):
-        want = ptgq._run(*ptgq._resolve(x, 128, fmt))
+        want = ptgq._FAST.run(*ptgq._resolve(x, 128, fmt))
         for _ in range(2):
             got = ptgq.per_token_group_quant(x, 128, fmt)
             assert all(torch.equal(g.view(torch.uint8), w.view(torch.uint8)) for g, w in zip(got, want)), fmt

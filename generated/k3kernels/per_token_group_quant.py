@@ -114,6 +114,15 @@ MODULE = rt.FamilyModule(
     },
     package_file=__file__,
 )
+# Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
+TENSORS = (
+    ('x', 2, 'input'),
+    ('out', 2, 'output'),
+    ('out_scale', 2, 'output'),
+)
+# The calls (k3gen.runtime.fastpath): the Args fields holding a tensor, in field order, the outputs
+# among them, in return order, and the pointer alignment the gates read.
+_FAST = rt.FastPath(MODULE, ['x', 'out', 'out_scale'], (1, 2), align=16)
 supported_hardware = MODULE.supported_hardware
 build = MODULE.build
 available = MODULE.available
@@ -124,12 +133,7 @@ def _resolve(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False
 
     With fake=True (torch.compile's fake tensors: shapes, no data) stop once the outputs exist.
     """
-    rt.check_tensor(FAMILY, 'x', x, rank=2)
-    device = x.device
-    if out is not None:
-        rt.check_tensor(FAMILY, 'out', out, rank=2, device=device)
-    if out_scale is not None:
-        rt.check_tensor(FAMILY, 'out_scale', out_scale, rank=2, device=device)
+    device = rt.check_tensors(FAMILY, TENSORS, (x, out, out_scale,))
     rt.check_choice(FAMILY, 'group_size', group_size, [32, 64, 128])
     rt.check_choice(FAMILY, 'scale_format', scale_format, ['fp32_row', 'fp32_col', 'ue8m0'])
     fuse_silu_and_mul = bool(fuse_silu_and_mul)
@@ -182,34 +186,19 @@ def covered(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False,
 @torch.library.custom_op("k3kernels::per_token_group_quant", mutates_args=())
 def _op(x: torch.Tensor, group_size: int, scale_format: str, fuse_silu_and_mul: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The family as a torch custom op: opaque to torch.compile (no graph break), captured by CUDA graphs."""
-    return _run(*_resolve(x, group_size, scale_format, fuse_silu_and_mul))
+    return _FAST.run(*_resolve(x, group_size, scale_format, fuse_silu_and_mul))
 
 
 @_op.register_fake
 def _op_fake(x: torch.Tensor, group_size: int, scale_format: str, fuse_silu_and_mul: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return _unpack(_resolve(x, group_size, scale_format, fuse_silu_and_mul, fake=True)[2])
-
-
-# Checked calls, cached by signature (k3gen.runtime.fastpath): the Args fields holding a tensor, in
-# field order, and the outputs among them, in return order.
-_FAST = rt.FastPath(MODULE, ['x', 'out', 'out_scale'], (1, 2), align=16)
+    return _FAST.unpack(_resolve(x, group_size, scale_format, fuse_silu_and_mul, fake=True)[2])
 
 
 def _checked(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None):
     """Check the call in full (raising what _resolve raises), remember it, run it."""
     key, args, outputs = _resolve(x, group_size, scale_format, fuse_silu_and_mul, out, out_scale)
     _FAST.remember(key, args, outputs, (x, out, out_scale, group_size, scale_format, fuse_silu_and_mul,))
-    return _run(key, args, outputs)
-
-
-def _run(key, args, outputs):
-    if all(o.numel() > 0 for o in outputs):
-        MODULE.launch(key, args, device=outputs[0].device)
-    return _unpack(outputs)
-
-
-def _unpack(outputs):
-    return tuple(outputs)
+    return _FAST.run(key, args, outputs)
 
 
 def per_token_group_quant(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None):

@@ -80,6 +80,19 @@ MODULE = rt.FamilyModule(
     },
     package_file=__file__,
 )
+# Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
+TENSORS = (
+    ('scores', 2, 'input'),
+    ('bias', 1, 'input'),
+    ('x', 2, 'input'),
+    ('out_weights', 2, 'output'),
+    ('out_ids', 2, 'output'),
+    ('out_q', 2, 'output'),
+    ('out_scale', 2, 'output'),
+)
+# The calls (k3gen.runtime.fastpath): the Args fields holding a tensor, in field order, the outputs
+# among them, in return order, and the pointer alignment the gates read.
+_FAST = rt.FastPath(MODULE, ['scores', 'bias', 'x', 'out_weights', 'out_ids', 'out_q', 'out_scale'], (3, 4, 5, 6), align=16)
 supported_hardware = MODULE.supported_hardware
 build = MODULE.build
 available = MODULE.available
@@ -90,18 +103,7 @@ def _resolve(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormaliz
 
     With fake=True (torch.compile's fake tensors: shapes, no data) stop once the outputs exist.
     """
-    rt.check_tensor(FAMILY, 'scores', scores, rank=2)
-    device = scores.device
-    rt.check_tensor(FAMILY, 'bias', bias, rank=1, device=device)
-    rt.check_tensor(FAMILY, 'x', x, rank=2, device=device)
-    if out_weights is not None:
-        rt.check_tensor(FAMILY, 'out_weights', out_weights, rank=2, device=device)
-    if out_ids is not None:
-        rt.check_tensor(FAMILY, 'out_ids', out_ids, rank=2, device=device)
-    if out_q is not None:
-        rt.check_tensor(FAMILY, 'out_q', out_q, rank=2, device=device)
-    if out_scale is not None:
-        rt.check_tensor(FAMILY, 'out_scale', out_scale, rank=2, device=device)
+    device = rt.check_tensors(FAMILY, TENSORS, (scores, bias, x, out_weights, out_ids, out_q, out_scale,))
     M = scores.shape[0]
     dtype_score = scores.dtype
     dtype_act = x.dtype
@@ -165,34 +167,19 @@ def covered(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize
 @torch.library.custom_op("k3kernels::route_quant_fused", mutates_args=())
 def _op(scores: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, topk: int, num_expert_group: Optional[int], topk_group: Optional[int], renormalize: Optional[int], routed_scaling_factor: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The family as a torch custom op: opaque to torch.compile (no graph break), captured by CUDA graphs."""
-    return _run(*_resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor))
+    return _FAST.run(*_resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor))
 
 
 @_op.register_fake
 def _op_fake(scores: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, topk: int, num_expert_group: Optional[int], topk_group: Optional[int], renormalize: Optional[int], routed_scaling_factor: Optional[float]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _unpack(_resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, fake=True)[2])
-
-
-# Checked calls, cached by signature (k3gen.runtime.fastpath): the Args fields holding a tensor, in
-# field order, and the outputs among them, in return order.
-_FAST = rt.FastPath(MODULE, ['scores', 'bias', 'x', 'out_weights', 'out_ids', 'out_q', 'out_scale'], (3, 4, 5, 6), align=16)
+    return _FAST.unpack(_resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, fake=True)[2])
 
 
 def _checked(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None, out_q=None, out_scale=None):
     """Check the call in full (raising what _resolve raises), remember it, run it."""
     key, args, outputs = _resolve(scores, bias, x, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids, out_q, out_scale)
     _FAST.remember(key, args, outputs, (scores, bias, x, out_weights, out_ids, out_q, out_scale, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor,))
-    return _run(key, args, outputs)
-
-
-def _run(key, args, outputs):
-    if all(o.numel() > 0 for o in outputs):
-        MODULE.launch(key, args, device=outputs[0].device)
-    return _unpack(outputs)
-
-
-def _unpack(outputs):
-    return tuple(outputs)
+    return _FAST.run(key, args, outputs)
 
 
 def route_quant_fused(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None, out_q=None, out_scale=None):

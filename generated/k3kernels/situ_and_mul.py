@@ -79,6 +79,14 @@ MODULE = rt.FamilyModule(
     },
     package_file=__file__,
 )
+# Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
+TENSORS = (
+    ('x', 2, 'input'),
+    ('out', 2, 'output'),
+)
+# The calls (k3gen.runtime.fastpath): the Args fields holding a tensor, in field order, the outputs
+# among them, in return order, and the pointer alignment the gates read.
+_FAST = rt.FastPath(MODULE, ['x', 'out'], (1,), align=16)
 supported_hardware = MODULE.supported_hardware
 build = MODULE.build
 available = MODULE.available
@@ -89,10 +97,7 @@ def _resolve(x, beta, linear_beta=None, out=None, *, out_dtype=None, fake=False)
 
     With fake=True (torch.compile's fake tensors: shapes, no data) stop once the outputs exist.
     """
-    rt.check_tensor(FAMILY, 'x', x, rank=2)
-    device = x.device
-    if out is not None:
-        rt.check_tensor(FAMILY, 'out', out, rank=2, device=device)
+    device = rt.check_tensors(FAMILY, TENSORS, (x, out,))
     has_linear_beta = (linear_beta is not None)
     M = x.shape[0]
     D = (x.shape[1] // 2)
@@ -138,34 +143,19 @@ def covered(x, beta, linear_beta=None, out=None) -> bool:
 @torch.library.custom_op("k3kernels::situ_and_mul", mutates_args=())
 def _op(x: torch.Tensor, beta: float, linear_beta: Optional[float], out_dtype: Optional[torch.dtype]) -> torch.Tensor:
     """The family as a torch custom op: opaque to torch.compile (no graph break), captured by CUDA graphs."""
-    return _run(*_resolve(x, beta, linear_beta, out_dtype=out_dtype))
+    return _FAST.run(*_resolve(x, beta, linear_beta, out_dtype=out_dtype))
 
 
 @_op.register_fake
 def _op_fake(x: torch.Tensor, beta: float, linear_beta: Optional[float], out_dtype: Optional[torch.dtype]) -> torch.Tensor:
-    return _unpack(_resolve(x, beta, linear_beta, out_dtype=out_dtype, fake=True)[2])
-
-
-# Checked calls, cached by signature (k3gen.runtime.fastpath): the Args fields holding a tensor, in
-# field order, and the outputs among them, in return order.
-_FAST = rt.FastPath(MODULE, ['x', 'out'], (1,), align=16)
+    return _FAST.unpack(_resolve(x, beta, linear_beta, out_dtype=out_dtype, fake=True)[2])
 
 
 def _checked(x, beta, linear_beta=None, out=None):
     """Check the call in full (raising what _resolve raises), remember it, run it."""
     key, args, outputs = _resolve(x, beta, linear_beta, out)
     _FAST.remember(key, args, outputs, (x, out, beta, linear_beta,))
-    return _run(key, args, outputs)
-
-
-def _run(key, args, outputs):
-    if all(o.numel() > 0 for o in outputs):
-        MODULE.launch(key, args, device=outputs[0].device)
-    return _unpack(outputs)
-
-
-def _unpack(outputs):
-    return outputs[0]
+    return _FAST.run(key, args, outputs)
 
 
 def situ_and_mul(x, beta, linear_beta=None, out=None):

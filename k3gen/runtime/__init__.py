@@ -8,7 +8,7 @@ from importlib import import_module
 from .errors import K3BuildError, K3Error, K3ToolchainMissing, K3UnsupportedError
 
 _LAZY = {name: "checks" for name in ("check_choice", "check_dtype", "check_input", "check_layout", "check_shape",
-                                     "check_tensor", "data_ptr", "dtype_name", "empty", "gate_failed",
+                                     "check_tensor", "check_tensors", "data_ptr", "dtype_name", "empty", "gate_failed",
                                      "prepare_output", "uncovered")}
 _LAZY.update(FamilyModule="module", device_arch="module", FastPath="fastpath")
 

@@ -26,6 +26,19 @@ def check_tensor(fn: str, name: str, t, *, rank: int, device=None) -> None:
         raise K3UnsupportedError(f"{fn}: {name} must have {rank} dimensions, got shape {list(t.shape)}")
 
 
+def check_tensors(fn: str, declared: tuple, tensors: tuple):
+    """check_tensor for each (name, rank, kind) declared and its tensor (kind "input", "optional" or
+    "output"; an omitted optional one or output is None); every tensor must be on the first one's
+    device, which is returned."""
+    device = None
+    for (name, rank, kind), t in zip(declared, tensors):
+        if t is None and kind != "input":
+            continue
+        check_tensor(fn, name, t, rank=rank, device=device)
+        device = device or t.device
+    return device
+
+
 def check_dtype(fn: str, name: str, t, dtype) -> None:
     if t.dtype != dtype:
         raise K3UnsupportedError(f"{fn}: {name} must be {dtype_name(dtype)}, got {dtype_name(t.dtype)}")

@@ -29,22 +29,38 @@ _MAX_ENTRIES = 1024  # signatures remembered per family; an engine sees a handfu
 
 
 class FastPath:
-    """One family's cache of checked calls. `call` misses (returns None) until the first checked
-    call picks the implementation, so importing a wrapper builds and loads nothing."""
+    """One family's calls: the checked path's launch (`run`) and the cache of checked calls. `call`
+    misses (returns None) until the first checked call picks the implementation, so importing a
+    wrapper builds and loads nothing."""
 
-    def __init__(self, module, pointers: list[str], outputs: tuple[int, ...], align: int):
+    def __init__(self, module, pointers: list[str], outputs: tuple[int, ...], align: int | None):
         """`pointers`: the Args fields that hold a tensor, in field order; `outputs`: the positions of
-        the outputs among them, in return order; `align`: the largest pointer alignment a gate reads."""
+        the outputs among them, in return order; `align`: the largest pointer alignment a gate reads,
+        None when a gate reads pointers otherwise (then nothing is cached)."""
         self.module, self.pointers, self.outputs, self.align = module, pointers, outputs, align
         self.offsets = tuple((getattr(module.args_type, name).offset, slot) for slot, name in enumerate(pointers))
         self.n_tensors = len(pointers)
         self.impl = None
         self.call = _miss
 
+    def unpack(self, outputs: tuple):
+        """What the wrapper returns: its one output, or the tuple of them."""
+        return tuple(outputs) if len(self.outputs) > 1 else outputs[0]
+
+    def run(self, key: int, args, outputs: tuple):
+        """Launch a checked call (nothing to do when an output is empty) and return its outputs."""
+        if all(o.numel() > 0 for o in outputs):
+            self.module.launch(key, args, device=outputs[0].device)
+        return self.unpack(outputs)
+
     def remember(self, key: int, args, outputs: tuple, call_args: tuple) -> None:
         """Cache the checked call `call_args` (tensors first) that resolved to `key`, `args`, `outputs`."""
+        if self.align is None:
+            return
         given = call_args[: self.n_tensors]
         device = outputs[0].device
+        if self.impl is None:  # build the C++ call path while the family's own build runs
+            threading.Thread(target=hostext.load, daemon=True).start()
         entry, index = self.module.entry_for(device)
         allocate = tuple((slot, o) for slot, o in zip(self.outputs, outputs) if given[slot] is None)
         skip = any(o.numel() == 0 for o in outputs)
