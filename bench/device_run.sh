@@ -20,6 +20,14 @@ t = time.perf_counter(); m.build(); dt = time.perf_counter() - t
 print(f"{sys.argv[1]}: {sys.argv[2]} {dt * 1e3:.0f} ms ({len(m.VARIANTS)} variants)")
 PY
   done
+  python3 - <<'PY' 2>&1 | tee -a "$OUT/build_times.txt"
+import time
+import torch
+torch.cuda.init()
+from k3gen.runtime import hostext
+t = time.perf_counter(); m = hostext.load(); dt = time.perf_counter() - t
+print(f"C++ call path (k3gen/runtime/csrc/k3host.cpp): first build {dt * 1e3:.0f} ms ({'built' if m else 'NOT built'})")
+PY
   timeout "${TEST_TIMEOUT:-330}" python3 -m pytest generated/tests tests/test_fastpath.py -p no:cacheprovider -q \
     2>&1 | tee "$OUT/gpu_tests.log" | tail -8
   if [ -f build/spec_edits/run.py ]; then
