@@ -641,7 +641,30 @@ ENCODING = [
     R("yaml", "second-document", append("---\nkernel: other\n"), ("---", 1, 2), None),
 ]
 
-REFUSED = TEXT + ORACLES + EXPRS + NAMES + NUMBERS + PARAMS + BOUNDS + ENCODING
+RT = "route_topk.yaml"
+ROUTING = [
+    # The routing fields (issue 15) and the build budget (issue 11) are closed vocabularies and
+    # numbers: no string of theirs reaches generated code, so a payload is refused where it stands.
+    R("routing", "tie-order-rule-payload", sub("tie_order: lowest_id", "tie_order: \"lowest_id'); import os  #\"",
+                                                file=RT), EDITED, "tie_order", file=RT, kind="front"),
+    R("routing", "tie-order-lane-rank-string",
+      sub("tie_order: lowest_id", "tie_order: {cuda: lowest_id, hip: {rule: wave64_lane_table, experts_per_group: 4, "
+                                  "lane_rank: [\"56); k3_pwned(\", 1]}}", file=RT), EDITED, "tie_order", file=RT,
+      kind="front"),
+    R("routing", "tie-order-group-size-path",
+      sub("tie_order: lowest_id", "tie_order: {cuda: lowest_id, hip: {rule: wave64_lane_table, "
+                                  "experts_per_group: ../../etc, lane_rank: []}}", file=RT), EDITED, "tie_order",
+      file=RT, kind="front"),
+    R("routing", "sigmoid-payload", append("sigmoid: {cuda: \"expf(x)); k3_pwned(\", hip: exp2}\n", file=RT),
+      EDITED, "sigmoid", file=RT, kind="front"),
+    R("routing", "budget-units-string", append("budget: {units_per_arch: \"1 or __import__('os')\"}\n", file=RT),
+      EDITED, "budget", file=RT, kind="front"),
+    R("routing", "budget-bytes-overflow", append("budget: {bytes_per_arch: 1.0e+400}\n", file=RT),
+      EDITED, "budget", file=RT, kind="front"),
+    R("routing", "budget-unknown-key", append("budget: {units_per_arch: 4, run: \"rm -rf /\"}\n", file=RT),
+      EDITED, "budget", file=RT, kind="front"),
+]
+REFUSED = TEXT + ORACLES + EXPRS + NAMES + NUMBERS + PARAMS + BOUNDS + ENCODING + ROUTING
 
 
 def spec_text(sb: Sandbox, file: str) -> str:
