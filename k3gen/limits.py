@@ -308,12 +308,11 @@ def _check_vector(ls, limits: TemplateLimits, beyond) -> list[SpecError]:
 def _check_relations(ls, limits: TemplateLimits) -> list[SpecError]:
     """Each check, for every generated (cell, params) of the spec; one error per check, naming the
     values that break it."""
-    from .plan import _vector_elements  # the plan's own vector rule; imported late (plan imports load)
 
     s, errors = ls.spec, []
     for check in limits.checks:
         failing = []
-        for values in _variant_values(s, _vector_elements):
+        for values in _variant_values(s):
             if gate_eval.decide(check.source, values) is False:
                 shown = ", ".join(f"{n} = {_shown(values[n])}" for n in gate_eval.names(check.source))
                 failing.append(shown)
@@ -328,13 +327,13 @@ def _check_relations(ls, limits: TemplateLimits) -> list[SpecError]:
     return errors
 
 
-def _variant_values(s, vector_elements):
+def _variant_values(s):
     """Name -> value of constants, params and vec, for each generated (cell, params) pair."""
     axes = list(s.dtypes.axes)
     for cell in s.dtypes.generated_cells():
         dtypes = dict(zip(axes, cell))
         for pvals in itertools.product(*(p.values for p in s.params.values())):
-            yield {**s.constants, **dict(zip(s.params, pvals)), "vec": vector_elements(s, dtypes)}
+            yield {**s.constants, **dict(zip(s.params, pvals)), "vec": s.vector.elements_for(dtypes)}
 
 
 def _number(value) -> bool:

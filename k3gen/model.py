@@ -246,6 +246,14 @@ class Vector(SpecModel):
         FieldError.collect(problems)
         return self
 
+    def elements_for(self, dtypes: dict[str, str]) -> int:
+        """Elements per thread for one matrix cell (axis → dtype): the first matching override's
+        bytes, else `bytes`, over the widest dtype of the cell; or the fixed `elements`."""
+        if self.elements is not None:
+            return self.elements
+        nbytes = next((o.bytes for o in self.overrides if all(dtypes[a] == d for a, d in o.when.items())), self.bytes)
+        return max(1, nbytes // max(DTYPES[d].size for d in dtypes.values()))
+
 
 class Flag(SpecModel):
     """A compile-time bool: chosen per call (`select`) or per arch (`archs`)."""

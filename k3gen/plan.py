@@ -177,7 +177,7 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
         key = sum(c << (KEY_BITS * i) for i, c in enumerate(comps))
         chosen = {**dtypes, **params}
         fast = s.fast_math is not None and all(chosen[k] in vs for k, vs in s.fast_math.when.items())
-        variants.append(Variant(name, dtypes, params, flags, fast, _vector_elements(s, dtypes), key))
+        variants.append(Variant(name, dtypes, params, flags, fast, s.vector.elements_for(dtypes), key))
     specs = []
     for backend in BACKENDS:
         for arch in getattr(s.targets, backend):
@@ -194,15 +194,6 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
                       [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
                       [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "",
                       dims, selects, read_limits(root, s.template)[0], ls.located)
-
-
-def _vector_elements(s: KernelSpec, dtypes: dict) -> int:
-    if s.vector.elements is not None:
-        return s.vector.elements
-    nbytes = next((o.bytes for o in s.vector.overrides if all(dtypes[a] == d for a, d in o.when.items())),
-                  s.vector.bytes)
-    widest = max(DTYPES[d].size for d in dtypes.values())
-    return max(1, nbytes // widest)
 
 
 def _arg_fields(s: KernelSpec) -> list[ArgField]:

@@ -54,7 +54,6 @@ def _overrides(ls) -> list[SpecError]:
 
 
 def _test_dims(ls) -> list[SpecError]:
-    from .plan import _vector_elements  # the plan's own vector rule; imported late (plan imports load)
 
     s, errors = ls.spec, []
     sizes = s.tests.dims
@@ -74,7 +73,7 @@ def _test_dims(ls) -> list[SpecError]:
         dtypes = dict(zip(axes, cell))
         for pvals in itertools.product(*(p.values for p in s.params.values())):
             params = dict(zip(s.params, pvals))
-            known = {**s.constants, **params, "vec": _vector_elements(s, dtypes)}
+            known = {**s.constants, **params, "vec": s.vector.elements_for(dtypes)}
             label = ", ".join([*(f"{a}={d}" for a, d in dtypes.items()), *(f"{p}={v}" for p, v in params.items())])
             for i, gate in enumerate(s.gates):
                 read = [d for d in _names(gate.check) if d in sizes]
