@@ -41,15 +41,20 @@ def command(args: list[str]) -> str:
 
 
 def library_edges(sources: list[Path], compiler: str, cflags: list[str], lflags: list[str], prefix: str,
-                  label: str) -> tuple[list[str], str]:
-    """(lines, library path): one compile edge per source into <prefix>obj/, one link into <prefix>lib.so."""
+                  label: str, obj_dir: str | None = None, have: set | None = None) -> tuple[list[str], str]:
+    """(lines, library path): one compile edge per source into <prefix>obj/ (or obj_dir), one link
+    into <prefix>lib.so. Objects in `have` already have their edge (a variant library links the object
+    its family's library compiles); the objects emitted here are added to it."""
     from .artifact import LIB
 
-    lines, objs = [], []
+    lines, objs, have = [], [], set() if have is None else have
     cc, cxx, cf, lf = command([*launcher(), compiler]), command([compiler]), command(cflags), command(lflags)
     for src in sources:
-        obj = f"{prefix}obj/{src.stem}.o"
+        obj = f"{obj_dir or prefix + 'obj/'}{src.stem}.o"
         objs.append(obj)
+        if obj in have:
+            continue
+        have.add(obj)
         lines += [f"build {path(obj)}: compile {path(src)}", f"  cxx = {cc}", f"  cflags = {cf}",
                   f"  desc = {label} {src.name}"]
     lib = f"{prefix}{LIB}"
