@@ -102,16 +102,33 @@ def targets_for(pairs: list[tuple[object, str]], csrc: Path) -> list[Target]:
     return out
 
 
-def from_record(plans: list, path: Path, csrc: Path) -> list[Target]:
-    """The variant libraries a K3GEN_RECORD file names, once each, in its order."""
-    from .identity import request_for
+def wrappers(root: Path) -> dict[str, object]:
+    """{family: its generated FamilyModule}, loaded from <root>/generated/k3kernels by path: the
+    requests the runtime itself will make, and nothing of the generator (no pydantic, jinja2, YAML)."""
+    import importlib.util
+
+    pkg = root / "generated" / "k3kernels"
+    names = sorted(f.stem for f in pkg.glob("*.py") if f.stem not in ("__init__", "runners"))
+    out = {}
+    for name in names:
+        spec = importlib.util.spec_from_file_location(f"_k3gen_wrapper_{name}", pkg / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if hasattr(module, "MODULE"):
+            out[name] = module.MODULE
+    return out
+
+
+def from_record(root: Path, path: Path) -> list[Target]:
+    """The variant libraries a K3GEN_RECORD file names, once each, in its order: the requests the
+    generated wrappers make (needs torch, not the generator)."""
     from .runtime.toolchain import find_compiler
 
-    by_name = {p.name: p for p in plans}
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise CompileUsageError(f"cannot read the record {path}: {exc.strerror or exc}") from None
+    modules = wrappers(root)
     seen, out = set(), []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -122,14 +139,14 @@ def from_record(plans: list, path: Path, csrc: Path) -> list[Target]:
         except (ValueError, KeyError, TypeError):
             raise CompileUsageError(f"{path}:{n}: not a K3GEN_RECORD line (JSON with family, variant, arch): "
                                     f"{line[:120]!r}") from None
-        p = by_name.get(family)
-        if p is None or not any(arch in p.archs(b) for b in p.backends):
+        module = modules.get(family)
+        if module is None or arch not in module.arch_defines:
             raise CompileUsageError(f"{path}:{n}: {family} for {arch} is not declared by the specs "
                                     "(recorded from another tree?)")
         if (family, variant, arch) in seen:
             continue
         seen.add((family, variant, arch))
-        req = request_for(p, arch, csrc)
+        req = module.request(arch)
         try:
             vreq = req.variant_request(variant)
         except K3BuildError:
@@ -200,18 +217,12 @@ def record_costs(targets: list[Target], out: Path, root: Path | None, jobs) -> N
 
 def compile_matrix(plans: list, root: Path, args) -> int:
     """Build, print a summary; 0 when every library has its record, 1 otherwise, 2 for bad arguments."""
-    from .runtime import jobs as jobs_rule, ninja
-    from .runtime.errors import K3BuildError
-    from .runtime.files import locked
-    from .runtime.toolchain import explain_failure
-
-    start = time.perf_counter()
     csrc = root / "generated" / "k3kernels" / "csrc"
     try:
         if getattr(args, "from_record", None):
             if args.arch or args.family:
                 raise CompileUsageError("--from-record builds what the record names; drop --arch and --family")
-            targets = from_record(plans, args.from_record, csrc)
+            targets = from_record(root, args.from_record)
         else:
             targets = targets_for(select(plans, _split(args.arch), _split(args.family)), csrc)
     except CompileUsageError as exc:
@@ -220,12 +231,25 @@ def compile_matrix(plans: list, root: Path, args) -> int:
     except K3BuildError as exc:  # a missing compiler, a missing generated source
         print(str(exc), file=sys.stderr)
         return 1
-    out = (args.out or root / "build" / "aot").resolve()
+    return compile_targets(targets, (args.out or root / "build" / "aot").resolve(), args.jobs,
+                           root if args.record_costs else None, explicit_out=args.out is not None)
+
+
+def compile_targets(targets: list[Target], out: Path, jobs: int | None, costs_root: Path | None,
+                    explicit_out: bool = True) -> int:
+    """One ninja run for `targets` into `out`, records for what is up to date, the costs measured
+    (merged into costs_root's table when given); 0 when every library has its record, else 1.
+    Needs only the runtime (k3gen.runtime): `python -m k3gen.package` runs it without the generator."""
+    from .runtime import jobs as jobs_rule, ninja
+    from .runtime.files import locked
+    from .runtime.toolchain import explain_failure
+
+    start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     archs = sorted({t.request.arch for t in targets})
     n_units = len({(t.request.family, t.request.arch, s) for t in targets for s in t.request.sources})
-    if args.jobs:
-        jobs, why = args.jobs, "-j"
+    if jobs:
+        why = "-j"
     else:
         jobs, why = jobs_rule.default_jobs(n_units, archs)
     print(f"k3gen compile: {len(targets)} libraries, {n_units} units for {', '.join(archs) or 'no arch'}; "
@@ -251,11 +275,11 @@ def compile_matrix(plans: list, root: Path, args) -> int:
                 jobs_rule.record_peak(arch, peak)
         family_targets = [t for t in targets if t.request.variant is None]
         if family_targets:
-            record_costs(family_targets, out, root if args.record_costs else None, jobs)
-    where = "" if args.out is None else f"; set K3GEN_AOT_DIR={out} for the runtime to find it"
+            record_costs(family_targets, out, costs_root, jobs)
+    where = "" if not explicit_out else f"; set K3GEN_AOT_DIR={out} for the runtime to find it"
     print(f"k3gen compile: {len(targets) - len(missing)}/{len(targets)} libraries up to date in {out} "
-          f"({len(written)} records written, {time.perf_counter() - start:.1f}s, largest compiler process "
-          f"{peak / 2**20:.0f} MiB){where}")
+          f"({len(written)} records written, {time.perf_counter() - start:.1f}s"
+          + (f", largest compiler process {peak / 2**20:.0f} MiB" if compiled else "") + f"){where}")
     if missing_tool:
         print(missing_tool, file=sys.stderr)
     if missing:
@@ -263,3 +287,29 @@ def compile_matrix(plans: list, root: Path, args) -> int:
               + ("" if missing_tool else " (compiler output above)"), file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m k3gen.aot --from-record FILE`: build what a K3GEN_RECORD run launched, from
+    generated/ alone (torch and a compiler; no generator dependencies), as `k3gen compile` would."""
+    p = argparse.ArgumentParser(prog="python -m k3gen.aot", description=main.__doc__.splitlines()[0])
+    p.add_argument("--root", type=Path, default=Path.cwd(), help="the project (default: here)")
+    p.add_argument("--from-record", type=Path, metavar="FILE", required=True)
+    p.add_argument("-j", "--jobs", type=int)
+    p.add_argument("--out", type=Path, help="output directory (default: <project>/build/aot)")
+    args = p.parse_args(argv)
+    root = args.root.resolve()
+    try:
+        targets = from_record(root, args.from_record)
+    except CompileUsageError as exc:
+        print(f"k3gen compile: {exc}", file=sys.stderr)
+        return 2
+    except K3BuildError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    return compile_targets(targets, (args.out or root / "build" / "aot").resolve(), args.jobs, None,
+                           explicit_out=args.out is not None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

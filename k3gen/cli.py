@@ -136,7 +136,7 @@ def cmd_package(root: Path, args) -> int:
         print("k3gen package: generated/ does not match specs/ and templates/; run `k3gen build` first",
               file=sys.stderr)
         return 1
-    return package(plans, root, args)
+    return package(root, args)
 
 
 def cmd_diff(root: Path, args) -> int:

@@ -118,37 +118,72 @@ def sizes(path: Path) -> dict[str, tuple[int, int]]:
     return {a: (v[0], v[1]) for a, v in out.items()}
 
 
-def package(plans: list, root: Path, args) -> int:
-    """Compile what the wheel carries (incrementally, into the AOT directory), then write the wheel."""
+def package_tree(root: Path, archs: list[str], families: list[str], jobs: int | None, aot: Path | None,
+                 out: Path | None) -> int:
+    """Compile what the wheel carries (incrementally, into the AOT directory), then write the wheel.
+    Every CUDA arch of the chosen families by default; an arch or family they lack is exit 2."""
     from . import __version__
-    from .aot import CompileUsageError, compile_matrix, select
+    from .aot import Target, compile_targets, wrappers
+    from .runtime.errors import K3BuildError
+    from .runtime.toolchain import backend_of, find_compiler
 
+    modules = wrappers(root)
+    if unknown := [f for f in families if f not in modules]:
+        print(f"k3gen package: unknown family {', '.join(unknown)}; families: {', '.join(modules)}", file=sys.stderr)
+        return 2
+    chosen = {f: modules[f] for f in families} if families else modules
+    declared = {a for m in chosen.values() for a in m.arch_defines}
+    if bad := [a for a in archs if a not in declared or backend_of(a) != "cuda"]:
+        print(f"k3gen package: {', '.join(bad)}: not a CUDA arch of {', '.join(chosen)} (the wheel carries CUDA "
+              f"libraries); declared: {', '.join(sorted(a for a in declared if backend_of(a) == 'cuda'))}",
+              file=sys.stderr)
+        return 2
+    built = {f: [a for a in m.arch_defines if backend_of(a) == "cuda" and (not archs or a in archs)]
+             for f, m in chosen.items()}
+    built = {f: a for f, a in built.items() if a}
     try:
-        pairs = select(plans, [a for v in args.arch for a in v.split(",") if a],
-                       [f for v in args.family for f in v.split(",") if f])
-    except CompileUsageError as exc:
-        print(f"k3gen package: {exc}", file=sys.stderr)
-        return 2
-    if hip := sorted({a for _, a in pairs if a.startswith("gfx")}):
-        print(f"k3gen package: {', '.join(hip)}: the wheel carries CUDA libraries only", file=sys.stderr)
-        return 2
-    aot = (args.aot or root / "build" / "aot").resolve()
-    compile_args = argparse.Namespace(arch=args.arch, family=args.family, jobs=args.jobs, out=aot,
-                                      record_costs=False, from_record=None)
-    if rc := compile_matrix(plans, root, compile_args):
+        targets = []
+        for f, family_archs in built.items():
+            for arch in family_archs:
+                req = chosen[f].request(arch)
+                targets.append(Target(req, find_compiler(req.backend), req.content_key()))
+    except K3BuildError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    aot = (aot or root / "build" / "aot").resolve()
+    if rc := compile_targets(targets, aot, jobs, None):
         print("k3gen package: no wheel: the compile failed", file=sys.stderr)
         return rc
-    built: dict[str, list[str]] = {}
-    for p, arch in pairs:
-        built.setdefault(p.name, []).append(arch)
-    archs = sorted({a for _, a in pairs})
-    path = write_wheel(wheel_files(root, aot, built), (args.out or root / "dist").resolve(), __version__, archs)
-    total = path.stat().st_size
-    print(f"k3gen package: {path} ({total / 2**20:.2f} MiB; {len(built)} families prebuilt for {', '.join(archs)})")
+    all_archs = sorted({a for a in built.values() for a in a})
+    path = write_wheel(wheel_files(root, aot, built), (out or root / "dist").resolve(), __version__, all_archs)
+    print(f"k3gen package: {path} ({path.stat().st_size / 2**20:.2f} MiB; {len(built)} families prebuilt for "
+          f"{', '.join(all_archs)})")
     for arch, (raw, packed) in sorted(sizes(path).items()):
-        what = "wrappers, sources, runtime" if arch == "common" else f"{sum(arch in a for a in built.values())} libraries"
+        what = ("wrappers, sources, runtime" if arch == "common"
+                else f"{sum(arch in a for a in built.values())} libraries")
         print(f"  {arch:8} {raw / 2**20:7.2f} MiB ({what}), {packed / 2**20:6.2f} MiB compressed")
     print(f"Install on a serving machine (torch installed, no compiler): pip install --no-deps {path.name}; "
           "then K3GEN_NO_JIT=1 makes any miss an error instead of a build")
     return 0
 
+
+def _split(values: list[str]) -> list[str]:
+    return list(dict.fromkeys(v for item in values for v in item.split(",") if v))
+
+
+def package(root: Path, args) -> int:
+    return package_tree(root, _split(args.arch), _split(args.family), args.jobs, args.aot, args.out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m k3gen.package`: the same wheel from generated/ alone, on a machine without the
+    generator's dependencies (a build farm with nvcc and torch)."""
+    p = argparse.ArgumentParser(prog="python -m k3gen.package", description=main.__doc__.splitlines()[0])
+    p.add_argument("--root", type=Path, default=Path.cwd(), help="the project (default: here)")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    return package(args.root.resolve(), args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
