@@ -157,9 +157,13 @@ def aot_entry(d: Path, req: BuildRequest) -> Path:
 def find_aot(req: BuildRequest, key: str | None, content_key: str) -> tuple[Path | None, list[str]]:
     """(library path, []) for the first AOT entry that is this artifact, else (None, why each was not)."""
     why = []
+    prebuilt = req.csrc.parent / PREBUILT
     for d in aot_dirs(req):
         entry = aot_entry(d, req)
-        record, reason = artifact.check(entry, req.family, req.arch, key=key, content_key=content_key)
+        # A package's library serves whatever compiler this machine has (or lacks): its content key,
+        # and the record's key bound to the compiler that built it, must match.
+        record, reason = artifact.check(entry, req.family, req.arch, key=None if d == prebuilt else key,
+                                        content_key=content_key)
         if record:
             return entry / LIB, []
         why.append(reason)
