@@ -7,15 +7,18 @@ same method over the sources they render in memory (k3gen.identity), both build 
 and the JIT entry's folder starts with it. The cache key binds it to the compiler's own version text
 (artifact.full_key), which only the machine that builds can know.
 
-Lookup order (ensure_built):
+Lookup order (ensure_built; ensure_any tries a family's library, then one variant's, at each step):
 1. AOT: each directory of $K3GEN_AOT_DIR (os.pathsep-separated), or, when that is unset, the
-   project's build/aot next to generated/ if it exists; the entry <dir>/<family>/<arch>/ is used
+   project's build/aot next to generated/ if it exists, then a package's k3kernels/prebuilt/
+   (`k3gen package`); the entry <dir>/<family>/<arch>/ (a variant's: .../variants/<variant>/) is used
    when its record has this family, arch and key and its lib.so still hashes to the record.
-   Without a compiler here the key cannot be computed: the content key must match instead.
+   Without a compiler here the key cannot be computed: the content key must match instead (always,
+   for a package's prebuilt libraries: they serve whatever compiler the machine has).
 2. K3GEN_NO_JIT=1: stop here; a missing AOT artifact is a K3BuildError naming the command to build it.
 3. JIT cache: <cache>/<family>/<arch>/<content key[:32]>-<key[:16]>/ (artifact.jit_entry_name),
    built under a file lock in a staging directory
-   and made visible by one atomic rename, with the same record; an invalid entry is rebuilt.
+   and made visible by one atomic rename, with the same record; an invalid entry is rebuilt. A
+   variant's library is built only when the family's is not already there.
 """
 from __future__ import annotations
 
@@ -200,9 +203,9 @@ def ensure_any(reqs: list[BuildRequest], root: Path | None = None) -> tuple[Buil
     root = root or cache_root()
     try:
         for other, okey, ocontent, _, _ in found[:-1]:  # a family library the JIT already has serves too
-            if artifact.check(root / other.family / other.arch / artifact.jit_entry_name(ocontent, okey),
-                              other.family, other.arch, key=okey)[0]:
-                return other, root / other.family / other.arch / artifact.jit_entry_name(ocontent, okey) / LIB
+            entry = root / other.family / other.arch / artifact.jit_entry_name(ocontent, okey)
+            if artifact.check(entry, other.family, other.arch, key=okey)[0]:
+                return other, entry / LIB
         return req, _ensure_jit(req, key, content_key, root)
     except OSError as exc:  # read-only cache, a file where a folder should be, a full disk
         where = exc.filename or root
