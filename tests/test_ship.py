@@ -204,3 +204,23 @@ def test_a_second_clean_build_is_served_by_sccache(tmp_path, monkeypatch):
         assert (hits, misses) == (len(req.sources), len(req.sources)), stats
     finally:
         subprocess.run(["sccache", "--stop-server"], capture_output=True)
+
+
+def test_a_prebuilt_package_serves_any_compiler_and_only_its_archs(fake_cc, proj, loads):
+    """k3kernels/prebuilt/ (what a `k3gen package` wheel installs): found by content key even when
+    this machine's compiler differs from the one that built it; other archs are not supported."""
+    assert compile_(proj, "--family", "situ_and_mul", "--arch", "sm_90a") == 0
+    prebuilt = proj / "generated" / "k3kernels" / "prebuilt"
+    shutil.copytree(proj / "aot" / "situ_and_mul" / "sm_90a", prebuilt / "situ_and_mul" / "sm_90a",
+                    ignore=shutil.ignore_patterns("obj"))
+    (prebuilt / "index.json").write_text('{"families": {"situ_and_mul": ["sm_90a"]}}\n')
+    fake_cc.set("FAKE_CC_VERSION", "another fake-cc 2.0")
+    n = fake_cc.count("compile")
+    module = wrapper(proj, "situ_and_mul")
+    assert ensure_built(module.request("sm_90a")) == prebuilt / "situ_and_mul" / "sm_90a" / "lib.so"
+    assert module.archs() == ["sm_90a"] and module.supported_hardware()
+    assert fake_cc.count("compile") == n
+    runtime_module.device_arch = lambda device=None: "sm_100a"  # restored by the `loads` fixture
+    assert not module.supported_hardware()
+    with pytest.raises(K3BuildError, match="this GPU is sm_100a, and this k3kernels package was built for sm_90a"):
+        module.build()
