@@ -34,19 +34,23 @@ WHEEL=$(ls "$W"/dist/k3kernels-*.whl 2>/dev/null | head -1)
 
 # 2. a clean environment without a compiler
 say "== 2. installed wheel, nvcc hidden, K3GEN_NO_JIT=1: every family's generated GPU tests"
-python3 -m venv --system-site-packages --without-pip "$W/venv"
-VPY=$W/venv/bin/python
-if ! python3 -m pip --python "$VPY" install -q --no-deps --no-index "$WHEEL" > "$LOGS/install.log" 2>&1; then
-  # pip older than 22.3 has no --python: install into the venv's site-packages directly.
+SERVE_PYTHONPATH=
+if python3 -m venv --system-site-packages --without-pip "$W/venv" > "$LOGS/install.log" 2>&1; then
+  VPY=$W/venv/bin/python
   SITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # pip older than 22.3 has no --python: then install into the venv's site-packages directly.
+  python3 -m pip --python "$VPY" install -q --no-deps --no-index "$WHEEL" >> "$LOGS/install.log" 2>&1 \
+    || python3 -m pip install -q --no-deps --no-index --target "$SITE" "$WHEEL" >> "$LOGS/install.log" 2>&1
+else  # no venv module: a target folder on PYTHONPATH is the clean environment
+  VPY=python3; SITE=$W/site; SERVE_PYTHONPATH=$SITE
   python3 -m pip install -q --no-deps --no-index --target "$SITE" "$WHEEL" >> "$LOGS/install.log" 2>&1
 fi
-SITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+say "installed into $SITE: $(ls "$SITE" | grep -E '^k3' | paste -sd' ')"
 cp -r "$ROOT/k3gen/oracles" "$SITE/k3gen/oracles"; cp "$ROOT/k3gen/dtypes.py" "$SITE/k3gen/dtypes.py"  # test support
 mkdir -p "$W/run" "$W/empty-cache"; cp -r "$ROOT/generated/tests" "$W/run/tests"
 NOCC_PATH=$(echo "$PATH" | tr ':' '\n' | while read -r d; do [ -x "$d/nvcc" ] || echo "$d"; done | paste -sd:)
 serve() {  # run "$@" as a serving machine would: no compiler, no JIT, nothing cached
-  (cd "$W/run" && env -u PYTHONPATH -u K3GEN_AOT_DIR -u K3GEN_NVCC -u CUDA_PATH -u K3GEN_RECORD \
+  (cd "$W/run" && env -u K3GEN_AOT_DIR -u K3GEN_NVCC -u CUDA_PATH -u K3GEN_RECORD PYTHONPATH="$SERVE_PYTHONPATH" \
      PATH="$NOCC_PATH" CUDA_HOME=/nonexistent K3GEN_NO_JIT=1 K3GEN_CACHE_DIR="$W/empty-cache" "$@")
 }
 serve "$VPY" - <<'PY' 2>&1 | tee -a "$S"
@@ -60,6 +64,21 @@ s=$(date +%s)
 serve timeout "${TEST_TIMEOUT:-240}" "$VPY" -m pytest tests -p no:cacheprovider -q > "$LOGS/wheel_gpu_tests.log" 2>&1
 say "wheel GPU tests: $(tail -1 "$LOGS/wheel_gpu_tests.log") ($(( $(date +%s) - s ))s)"
 say "JIT cache after the run (must be empty): $(find "$W/empty-cache" -name lib.so | wc -l) libraries"
+
+# 3a. a first call builds only its variant (fresh caches; entry_for(device, key) is what a launch takes)
+say "== 3a. first call: one variant vs the whole family, fresh JIT caches"
+PYTHONPATH=$ROOT:$ROOT/generated K3GEN_AOT_DIR="$W/none" python3 - "$W" <<'PY' 2>&1 | tee -a "$S"
+import os, sys, time, torch
+torch.cuda.init()
+from k3kernels import per_token_group_quant as f1, situ_and_mul as f2
+for fam in (f1, f2):
+    key = sorted(fam.MODULE.request("sm_90a").variant_names())[0]
+    os.environ["K3GEN_CACHE_DIR"] = f"{sys.argv[1]}/first-{fam.FAMILY}"
+    t = time.perf_counter(); fam.MODULE.entry_for("cuda", key); one = time.perf_counter() - t
+    os.environ["K3GEN_CACHE_DIR"] = f"{sys.argv[1]}/whole-{fam.FAMILY}"
+    t = time.perf_counter(); fam.MODULE.build(); whole = time.perf_counter() - t
+    print(f"  {fam.FAMILY}: first call (one variant) {one:.2f}s; build() of the family ({len(fam.VARIANTS)} variants) {whole:.2f}s")
+PY
 
 # 3. record -> compile --from-record -> serve
 say "== 3. record, warm exactly that, serve without a compiler"
