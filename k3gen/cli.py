@@ -191,7 +191,8 @@ COMMANDS = {
     "compile": (cmd_compile, "build every family x arch ahead of time into build/aot (one ninja run) and "
                              "measure its compile costs",
                 ["k3gen compile --arch sm_90a -j 8", "k3gen compile --family route_topk --arch sm_90a,gfx942",
-                 "k3gen compile --arch sm_90a --record-costs   # update specs/compile_costs.json"]),
+                 "k3gen compile --arch sm_90a --record-costs   # update specs/compile_costs.json",
+                 "k3gen compile --from-record warm.jsonl        # what a K3GEN_RECORD=warm.jsonl run launched"]),
     "package": (cmd_package, "a wheel of k3kernels with the AOT libraries of every family for the CUDA archs "
                              "the specs declare (or --arch): serving needs torch and no compiler",
                 ["k3gen package --arch sm_90a", "k3gen package --family situ_and_mul --arch sm_90a --out dist/"]),
