@@ -97,7 +97,8 @@ def test_compile_from_record_builds_exactly_those_and_serves_them_without_jit(fa
     with pytest.raises(K3BuildError) as err:
         module._entry_for_key("sm_90a", missing_key)
     text = str(err.value)
-    assert f"route_topk variant {table[missing_key]} for sm_90a has no AOT build and JIT is off" in text
+    assert (f"route_topk variant {table[missing_key]} (key {missing_key:#x}) for sm_90a has no AOT build and "
+            "JIT is off") in text
     assert f"`k3gen compile --from-record {record}`" in text
     assert "`k3gen compile --arch sm_90a --family route_topk`" in text
     assert fake_cc.count("compile") - n == 1  # nothing built under K3GEN_NO_JIT=1

@@ -179,10 +179,12 @@ def ensure_built(req: BuildRequest, root: Path | None = None) -> Path:
     return ensure_any([req], root)[1]
 
 
-def ensure_any(reqs: list[BuildRequest], root: Path | None = None) -> tuple[BuildRequest, Path]:
+def ensure_any(reqs: list[BuildRequest], root: Path | None = None, what: str | None = None
+               ) -> tuple[BuildRequest, Path]:
     """The first of `reqs` (libraries that would all serve the caller, best first: a family's, then
     one variant's) found built, AOT first, then in the JIT cache; else the last one, built by the JIT.
-    Under K3GEN_NO_JIT=1 a miss is a K3BuildError naming each key and the command that builds it."""
+    Under K3GEN_NO_JIT=1 a miss is a K3BuildError naming `what` (default: the last request's family
+    and variant), each library key and the command that builds it."""
     found = []
     for req in reqs:
         content_key = req.content_key()
@@ -196,7 +198,7 @@ def ensure_any(reqs: list[BuildRequest], root: Path | None = None) -> tuple[Buil
             return req, lib
         found.append((req, key, content_key, missing, rejected))
     if jit_disabled():
-        raise K3BuildError(_no_jit_message(found))
+        raise K3BuildError(_no_jit_message(found, what))
     req, key, content_key, missing, _ = found[-1]
     if missing:
         raise missing
@@ -214,9 +216,9 @@ def ensure_any(reqs: list[BuildRequest], root: Path | None = None) -> tuple[Buil
                            f"(now: {root})") from None
 
 
-def _no_jit_message(found: list) -> str:
+def _no_jit_message(found: list, what: str | None) -> str:
     req = found[-1][0]
-    what = f"{req.family} variant {req.variant}" if req.variant else req.family
+    what = what or (f"{req.family} variant {req.variant}" if req.variant else req.family)
     parts = []
     for r, key, content_key, _, rejected in found:
         expected = f"key {key}" if key else f"content key {content_key} (no compiler here for the full key)"

@@ -145,7 +145,8 @@ class FamilyModule:
             record_launch(self.family, variant, arch, key)
             fn = self._fns.get(arch)
             if fn is None:
-                req, path = ensure_any([family, family.variant_request(variant)])
+                req, path = ensure_any([family, family.variant_request(variant)],
+                                       what=f"{self.family} variant {variant} (key {key:#x})")
                 fn = self._load(path, req.entry_symbol)
                 if req.variant is None:
                     self._fns[arch] = fn
