@@ -8,9 +8,15 @@ The output directory (default <project>/build/aot, where the runtime looks witho
     <family>/<arch>/lib.so                 one library per (family, arch)
     <family>/<arch>/k3gen-build.json       its record (k3gen.runtime.artifact): family, arch, the
                                            cache key the runtime computes, the library's sha256
+    <family>/<arch>/variants/<variant>/    with --from-record: one variant's library (its unit's
+                                           object alone) and record, for the (family, variant,
+                                           arch) a K3GEN_RECORD run launched
     compile_costs.json                     seconds and bytes of each unit and library built here
                                            (k3gen.costs); --record-costs merges it into the
                                            checked-in specs/compile_costs.json that `k3gen diff` reads
+
+Parallel compiles default to min(cores, available memory / the peak memory of one unit), the peak
+measured by every run (k3gen.runtime.jobs). $K3GEN_COMPILER_LAUNCHER prefixes each compile.
 
 The runtime loads <dir>/<family>/<arch>/lib.so only when the record's key is the one it computes
 from generated/ itself, so a stale build is never loaded. A record is written only for a library
@@ -19,11 +25,14 @@ that ninja reports up to date, and only if the sources hash as they did before t
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .runtime.errors import K3BuildError
 
 
 class CompileUsageError(ValueError):
@@ -40,7 +49,8 @@ class Target:
 
     @property
     def entry(self) -> str:
-        return f"{self.request.family}/{self.request.arch}"
+        req = self.request
+        return f"{req.family}/{req.arch}" + (f"/variants/{req.variant}" if req.variant else "")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,7 +59,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "HIP archs only when named)")
     p.add_argument("--family", action="extend", nargs="+", default=[], metavar="NAME",
                    help="only these families (default: all)")
-    p.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: $K3GEN_JOBS, else ninja's)")
+    p.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: $K3GEN_JOBS, else min(cores, "
+                                                  "available memory / the measured peak of one unit))")
+    p.add_argument("--from-record", type=Path, metavar="FILE",
+                   help="build exactly the (family, variant, arch) that a run with K3GEN_RECORD=FILE launched, "
+                        "one library each, into <out>/<family>/<arch>/variants/<variant>/")
     p.add_argument("--out", type=Path, help="output directory (default: <project>/build/aot)")
     p.add_argument("--record-costs", action="store_true",
                    help="also merge the measured compile seconds and bytes into the checked-in "
@@ -88,15 +102,71 @@ def targets_for(pairs: list[tuple[object, str]], csrc: Path) -> list[Target]:
     return out
 
 
+def wrappers(root: Path) -> dict[str, object]:
+    """{family: its generated FamilyModule}, loaded from <root>/generated/k3kernels by path: the
+    requests the runtime itself will make, and nothing of the generator (no pydantic, jinja2, YAML)."""
+    import importlib.util
+
+    pkg = root / "generated" / "k3kernels"
+    names = sorted(f.stem for f in pkg.glob("*.py") if f.stem not in ("__init__", "runners"))
+    out = {}
+    for name in names:
+        spec = importlib.util.spec_from_file_location(f"_k3gen_wrapper_{name}", pkg / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if hasattr(module, "MODULE"):
+            out[name] = module.MODULE
+    return out
+
+
+def from_record(root: Path, path: Path) -> list[Target]:
+    """The variant libraries a K3GEN_RECORD file names, once each, in its order: the requests the
+    generated wrappers make (needs torch, not the generator)."""
+    from .runtime.toolchain import find_compiler
+
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise CompileUsageError(f"cannot read the record {path}: {exc.strerror or exc}") from None
+    modules = wrappers(root)
+    seen, out = set(), []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            family, variant, arch = entry["family"], entry["variant"], entry["arch"]
+        except (ValueError, KeyError, TypeError):
+            raise CompileUsageError(f"{path}:{n}: not a K3GEN_RECORD line (JSON with family, variant, arch): "
+                                    f"{line[:120]!r}") from None
+        module = modules.get(family)
+        if module is None or arch not in module.arch_defines:
+            raise CompileUsageError(f"{path}:{n}: {family} for {arch} is not declared by the specs "
+                                    "(recorded from another tree?)")
+        if (family, variant, arch) in seen:
+            continue
+        seen.add((family, variant, arch))
+        req = module.request(arch)
+        try:
+            vreq = req.variant_request(variant)
+        except K3BuildError:
+            raise CompileUsageError(f"{path}:{n}: {family} has no variant {variant} (recorded from another "
+                                    "tree?)") from None
+        out.append(Target(vreq, find_compiler(req.backend), vreq.content_key()))
+    return out
+
+
 def write_build(targets: list[Target], out: Path) -> Path:
     from .runtime import ninja
     from .runtime.files import write_if_changed
 
-    lines = [ninja.RULES]
+    lines, have = [ninja.RULES], set()
     for t in targets:
         req = t.request
         srcs = [req.csrc / req.family / s for s in req.sources]
-        edges, _ = ninja.library_edges(srcs, t.compiler, *req.flags(), f"{t.entry}/", t.entry)
+        # A variant links the object its family's library compiles: one compile serves both.
+        obj_dir = f"{req.family}/{req.arch}/obj/" if req.variant else None
+        edges, _ = ninja.library_edges(srcs, t.compiler, *req.flags(), f"{t.entry}/", t.entry, obj_dir, have)
         lines += edges
     path = out / "build.ninja"
     write_if_changed(path, "\n".join(lines))  # the same bytes keep a rerun a true no-op
@@ -119,7 +189,7 @@ def write_records(targets: list[Target], out: Path, all_built: bool) -> tuple[li
             continue
         record = artifact.make_record(t.request.family, t.request.arch, t.content_key,
                                       compiler_name(t.compiler), compiler_version(t.compiler),
-                                      entry / artifact.LIB, "aot")
+                                      entry / artifact.LIB, "aot", variant=t.request.variant)
         if artifact.write_record(entry, record):
             written.append(t.entry)
     return written, missing
@@ -147,33 +217,99 @@ def record_costs(targets: list[Target], out: Path, root: Path | None, jobs) -> N
 
 def compile_matrix(plans: list, root: Path, args) -> int:
     """Build, print a summary; 0 when every library has its record, 1 otherwise, 2 for bad arguments."""
-    from .runtime import ninja
-    from .runtime.errors import K3BuildError
-    from .runtime.files import locked
-
-    start = time.perf_counter()
+    csrc = root / "generated" / "k3kernels" / "csrc"
     try:
-        pairs = select(plans, _split(args.arch), _split(args.family))
-        targets = targets_for(pairs, root / "generated" / "k3kernels" / "csrc")
+        if getattr(args, "from_record", None):
+            if args.arch or args.family:
+                raise CompileUsageError("--from-record builds what the record names; drop --arch and --family")
+            targets = from_record(root, args.from_record)
+        else:
+            targets = targets_for(select(plans, _split(args.arch), _split(args.family)), csrc)
     except CompileUsageError as exc:
         print(f"k3gen compile: {exc}", file=sys.stderr)
         return 2
     except K3BuildError as exc:  # a missing compiler, a missing generated source
         print(str(exc), file=sys.stderr)
         return 1
-    out = (args.out or root / "build" / "aot").resolve()
+    return compile_targets(targets, (args.out or root / "build" / "aot").resolve(), args.jobs,
+                           root if args.record_costs else None, explicit_out=args.out is not None)
+
+
+def compile_targets(targets: list[Target], out: Path, jobs: int | None, costs_root: Path | None,
+                    explicit_out: bool = True) -> int:
+    """One ninja run for `targets` into `out`, records for what is up to date, the costs measured
+    (merged into costs_root's table when given); 0 when every library has its record, else 1.
+    Needs only the runtime (k3gen.runtime): `python -m k3gen.package` runs it without the generator."""
+    from .runtime import jobs as jobs_rule, ninja
+    from .runtime.files import locked
+    from .runtime.toolchain import explain_failure
+
+    start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    jobs = args.jobs or os.environ.get("K3GEN_JOBS")
+    archs = sorted({t.request.arch for t in targets})
+    n_units = len({(t.request.family, t.request.arch, s) for t in targets for s in t.request.sources})
+    if jobs:
+        why = "-j"
+    else:
+        jobs, why = jobs_rule.default_jobs(n_units, archs)
+    print(f"k3gen compile: {len(targets)} libraries, {n_units} units for {', '.join(archs) or 'no arch'}; "
+          f"{jobs} parallel compiles ({why})")
+    # HIP without ROCm's device libraries fails once per unit with the same clang line: say it once.
+    hip = any(t.request.backend == "hip" for t in targets)
     with locked(out / ".k3gen-compile.lock"):  # two compiles into one directory would race on ninja's state
         write_build(targets, out)
+        started = time.time()
         sys.stdout.flush()  # ninja writes to the same terminal: keep our lines in order
-        proc = ninja.run(out, jobs, capture=False, keep_going=True)
+        proc = ninja.run(out, jobs, capture=hip, keep_going=True)
+        missing_tool = explain_failure((proc.stdout or "") + (proc.stderr or ""), ", ".join(archs)) if hip else None
+        if hip and not missing_tool:
+            sys.stdout.write(proc.stdout or "")
+            sys.stderr.write(proc.stderr or "")
         written, missing = write_records(targets, out, proc.returncode == 0)
-        record_costs(targets, out, root if args.record_costs else None, jobs)
-    where = "" if args.out is None else f"; set K3GEN_AOT_DIR={out} for the runtime to find it"
+        peak = jobs_rule.children_peak()
+        # Only a run that compiled measures a compiler: a no-op rerun measures ninja alone.
+        compiled = any(o.stat().st_mtime >= started for t in targets
+                       for o in (out / t.request.family / t.request.arch / "obj").glob("*.o"))
+        if proc.returncode == 0 and compiled:
+            for arch in archs:
+                jobs_rule.record_peak(arch, peak)
+        family_targets = [t for t in targets if t.request.variant is None]
+        if family_targets:
+            record_costs(family_targets, out, costs_root, jobs)
+    where = "" if not explicit_out else f"; set K3GEN_AOT_DIR={out} for the runtime to find it"
     print(f"k3gen compile: {len(targets) - len(missing)}/{len(targets)} libraries up to date in {out} "
-          f"({len(written)} records written, {time.perf_counter() - start:.1f}s){where}")
+          f"({len(written)} records written, {time.perf_counter() - start:.1f}s"
+          + (f", largest compiler process {peak / 2**20:.0f} MiB" if compiled else "") + f"){where}")
+    if missing_tool:
+        print(missing_tool, file=sys.stderr)
     if missing:
-        print(f"k3gen compile: failed: {', '.join(missing)} (compiler output above)", file=sys.stderr)
+        print(f"k3gen compile: failed: {', '.join(missing)}"
+              + ("" if missing_tool else " (compiler output above)"), file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m k3gen.aot --from-record FILE`: build what a K3GEN_RECORD run launched, from
+    generated/ alone (torch and a compiler; no generator dependencies), as `k3gen compile` would."""
+    p = argparse.ArgumentParser(prog="python -m k3gen.aot", description=main.__doc__.splitlines()[0])
+    p.add_argument("--root", type=Path, default=Path.cwd(), help="the project (default: here)")
+    p.add_argument("--from-record", type=Path, metavar="FILE", required=True)
+    p.add_argument("-j", "--jobs", type=int)
+    p.add_argument("--out", type=Path, help="output directory (default: <project>/build/aot)")
+    args = p.parse_args(argv)
+    root = args.root.resolve()
+    try:
+        targets = from_record(root, args.from_record)
+    except CompileUsageError as exc:
+        print(f"k3gen compile: {exc}", file=sys.stderr)
+        return 2
+    except K3BuildError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    return compile_targets(targets, (args.out or root / "build" / "aot").resolve(), args.jobs, None,
+                           explicit_out=args.out is not None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The k3gen command: build, check, list, validate, schema, compile, diff, new.
+"""The k3gen command: build, check, list, validate, schema, compile, package, diff, new.
 
 Flow: load (k3gen.load) → resolve (k3gen.plan) → render (k3gen.render) → key (k3gen.identity) →
 write (k3gen.write). Exit codes: 0 ok; 1 generated/ is stale or a budget is exceeded (check, diff
@@ -127,6 +127,18 @@ def cmd_compile(root: Path, args) -> int:
     return compile_matrix(plans, root, args)
 
 
+def cmd_package(root: Path, args) -> int:
+    from .package import package
+    from .write import drift
+
+    plans, files, _ = _render(root)
+    if drift(files, root / "generated"):
+        print("k3gen package: generated/ does not match specs/ and templates/; run `k3gen build` first",
+              file=sys.stderr)
+        return 1
+    return package(root, args)
+
+
 def cmd_diff(root: Path, args) -> int:
     from .diff import FORMATS, DiffError, diff_rev
 
@@ -179,7 +191,11 @@ COMMANDS = {
     "compile": (cmd_compile, "build every family x arch ahead of time into build/aot (one ninja run) and "
                              "measure its compile costs",
                 ["k3gen compile --arch sm_90a -j 8", "k3gen compile --family route_topk --arch sm_90a,gfx942",
-                 "k3gen compile --arch sm_90a --record-costs   # update specs/compile_costs.json"]),
+                 "k3gen compile --arch sm_90a --record-costs   # update specs/compile_costs.json",
+                 "k3gen compile --from-record warm.jsonl        # what a K3GEN_RECORD=warm.jsonl run launched"]),
+    "package": (cmd_package, "a wheel of k3kernels with the AOT libraries of every family for the CUDA archs "
+                             "the specs declare (or --arch): serving needs torch and no compiler",
+                ["k3gen package --arch sm_90a", "k3gen package --family situ_and_mul --arch sm_90a --out dist/"]),
     "diff": (cmd_diff, "what the spec and template changes since REV (default: merge base with main) do: "
                        "specializations, keys, gates, cost per arch, generated files",
              ["k3gen diff", "k3gen diff origin/main --format markdown > review.md",
@@ -220,6 +236,10 @@ def make_parser() -> argparse.ArgumentParser:
             from .aot import add_arguments
 
             add_arguments(p)
+        if name == "package":
+            from .package import add_arguments as add_package_arguments
+
+            add_package_arguments(p)
     return parser
 
 

@@ -19,7 +19,6 @@ version is bound in by the runtime (artifact.full_key) on the machine that build
 from __future__ import annotations
 
 import posixpath
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,9 +27,9 @@ from .plan import FamilyPlan
 from .render import TU_EXT, kernel_headers, kernel_sources
 from .runtime.cache import CSRC_PLACEHOLDER, BuildRequest
 from .runtime.toolchain import backend_of
+from .runtime.variants import included_headers
 
 CSRC = "k3kernels/csrc"  # under generated/
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 @dataclass(frozen=True)
@@ -115,17 +114,6 @@ def _reader(files: dict[str, str], family: str):
 
 
 def _included(files: dict[str, str], family: str, unit: str) -> tuple[str, ...]:
-    """The generated headers a unit includes, transitively, relative to csrc/<family>/, sorted."""
-    base = f"{CSRC}/{family}"
-    seen: set[str] = set()
-    todo = [posixpath.join(base, unit)]
-    while todo:
-        path = todo.pop()
-        for name in _INCLUDE.findall(files[path]):
-            # as the compiler looks: beside the including file, then in -I<csrc>
-            near, inc = (posixpath.normpath(posixpath.join(d, name)) for d in (posixpath.dirname(path), CSRC))
-            target = near if near in files else inc if inc in files else None
-            if target is not None and target not in seen:
-                seen.add(target)
-                todo.append(target)
-    return tuple(sorted(posixpath.relpath(t, base) for t in seen))
+    """The generated headers a unit includes, transitively, relative to csrc/<family>/, sorted: the
+    runtime's own walk (k3gen.runtime.variants), so a variant library's key is its unit key."""
+    return included_headers(lambda rel: files.get(posixpath.normpath(f"{CSRC}/{rel}")), family, unit)

@@ -98,7 +98,7 @@ class _Module:
 
         self.entry = _ENTRY_TYPE(entry)
 
-    def entry_for(self, device):
+    def entry_for(self, device, key=None):
         return self.entry, 0
 
 

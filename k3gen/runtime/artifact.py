@@ -30,10 +30,12 @@ def jit_entry_name(content_key: str, key: str) -> str:
 
 
 def make_record(family: str, arch: str, content_key: str, compiler: str, compiler_version: str,
-                lib: Path, built_by: str) -> dict:
-    return {"format": FORMAT, "family": family, "arch": arch, "key": full_key(content_key, compiler_version),
-            "content_key": content_key, "compiler": compiler, "compiler_version": compiler_version,
-            "lib": LIB, "lib_sha256": hashlib.sha256(lib.read_bytes()).hexdigest(), "built_by": built_by}
+                lib: Path, built_by: str, variant: str | None = None) -> dict:
+    """The record of a family's library, or of one variant's (`variant`: its unit alone)."""
+    record = {"format": FORMAT, "family": family, "arch": arch, "key": full_key(content_key, compiler_version),
+              "content_key": content_key, "compiler": compiler, "compiler_version": compiler_version,
+              "lib": LIB, "lib_sha256": hashlib.sha256(lib.read_bytes()).hexdigest(), "built_by": built_by}
+    return {**record, "variant": variant} if variant else record
 
 
 def write_record(entry: Path, record: dict) -> bool:

@@ -61,7 +61,7 @@ class FastPath:
         device = outputs[0].device
         if self.impl is None:  # build the C++ call path while the family's own build runs
             threading.Thread(target=hostext.load, daemon=True).start()
-        entry, index = self.module.entry_for(device)
+        entry, index = self.module.entry_for(device, key)
         allocate = tuple((slot, o) for slot, o in zip(self.outputs, outputs) if given[slot] is None)
         skip = any(o.numel() == 0 for o in outputs)
         plan = (key, bytes(args), self.offsets, allocate, self.outputs, len(self.outputs) > 1, skip,

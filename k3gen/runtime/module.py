@@ -1,14 +1,18 @@
-"""One family's compiled module: which arch the device is, build or load it, launch through the C ABI."""
+"""One family's compiled module: which arch the device is, build or load it (the family or one
+variant), launch through the C ABI, and record what was launched ($K3GEN_RECORD)."""
 from __future__ import annotations
 
 import ctypes
+import functools
+import json
 import logging
+import os
 import threading
 from pathlib import Path
 
 import torch
 
-from .cache import BuildRequest, ensure_built
+from .cache import PREBUILT, PREBUILT_INDEX, BuildRequest, ensure_any, ensure_built
 from .errors import K3BuildError, K3Error, K3UnsupportedError
 
 log = logging.getLogger("k3gen")
@@ -30,7 +34,15 @@ def device_arch(device=None) -> str | None:
 
 
 class FamilyModule:
-    """Serving and test gates of a family: supported_hardware(), build() raises, available() never does."""
+    """Serving and test gates of a family: supported_hardware(), build() raises, available() never does.
+
+    build() loads (or builds) the whole family's library. A launch needs only its variant's code:
+    entry_for(device, key) takes the family library when an AOT build, the package's prebuilt
+    libraries or the JIT cache already have it, else one variant's library (its unit alone, a few
+    seconds to compile instead of the whole matrix). With $K3GEN_RECORD=FILE, each (family, variant,
+    arch) a process launches is appended to FILE once: `k3gen compile --from-record FILE` builds
+    exactly those.
+    """
 
     def __init__(self, family: str, args: type, sources: dict, headers: dict, arch_defines: dict,
                  package_file: str):
@@ -41,37 +53,61 @@ class FamilyModule:
         self.headers = headers
         self.arch_defines = arch_defines
         self.csrc = Path(package_file).parent / "csrc"
-        self._fns: dict[str, object] = {}
+        self._fns: dict[str, object] = {}  # arch -> the family library's entry
+        self._by_key: dict[tuple[str, int], object] = {}  # (arch, key) -> the entry that serves it
         self._lock = threading.Lock()
         self._warned = False
 
+    @functools.cached_property
+    def prebuilt_archs(self) -> tuple[str, ...] | None:
+        """The archs a prebuilt package (`k3gen package`) carries for this family; None outside one."""
+        return prebuilt_archs(self.csrc.parent, self.family)
+
+    def archs(self) -> list[str]:
+        """The archs this install can run: the spec's targets, narrowed to a prebuilt package's."""
+        built = self.prebuilt_archs
+        return [a for a in self.arch_defines if built is None or a in built]
+
     def supported_hardware(self, device=None) -> bool:
-        return device_arch(device) in self.arch_defines
+        return device_arch(device) in self.archs()
 
     def request(self, arch: str) -> BuildRequest:
         backend = "hip" if arch.startswith("gfx") else "cuda"
         return BuildRequest(self.family, arch, self.csrc, tuple(self.sources[backend]),
                             tuple(self.headers[backend]), tuple(self.arch_defines[arch]))
 
+    def _check_arch(self, arch: str | None) -> None:
+        if arch in self.archs():
+            return
+        if arch in self.arch_defines:  # a target of the spec that this package was not built for
+            raise K3BuildError(f"{self.family}: this GPU is {arch}, and this k3kernels package was built for "
+                               f"{', '.join(self.prebuilt_archs) or 'no arch of this family'}; install the "
+                               f"package built for {arch} (`k3gen package --arch {arch}`)")
+        raise K3BuildError(f"{self.family}: device arch {arch or '(no GPU)'} is not a target; "
+                           f"targets: {', '.join(self.archs())}")
+
     def build(self, device=None):
         """Build (or load from the cache) the module for the device's arch. Raises on any failure."""
         arch = device_arch(device)
-        if arch not in self.arch_defines:
-            raise K3BuildError(f"{self.family}: device arch {arch or '(no GPU)'} is not a target; "
-                               f"targets: {', '.join(self.arch_defines)}")
+        self._check_arch(arch)
         with self._lock:
             if arch not in self._fns:
-                path = ensure_built(self.request(arch))
-                try:
-                    lib = ctypes.CDLL(str(path))
-                except OSError as exc:
-                    raise K3BuildError(f"{self.family}: cannot load {path}: {exc}") from None
-                fn = getattr(lib, self.entry)
-                fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
-                               ctypes.c_size_t]
-                fn.restype = ctypes.c_int
-                self._fns[arch] = fn
+                self._fns[arch] = self._load(ensure_built(self.request(arch)), self.entry)
             return self._fns[arch]
+
+    def _load(self, path: Path, symbol: str):
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise K3BuildError(f"{self.family}: cannot load {path}: {exc}") from None
+        try:
+            fn = getattr(lib, symbol)
+        except AttributeError:
+            raise K3BuildError(f"{self.family}: {path} has no entry {symbol}") from None
+        fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
+                       ctypes.c_size_t]
+        fn.restype = ctypes.c_int
+        return fn
 
     def available(self, device=None) -> bool:
         """For serving: False (and one warning) instead of an exception, so the caller can fall back."""
@@ -86,19 +122,72 @@ class FamilyModule:
             return False
         return True
 
-    def entry_for(self, device) -> tuple[object, int]:
-        """The C entry point for `device` (built or loaded first) and the device's index."""
+    def entry_for(self, device, key: int | None = None) -> tuple[object, int]:
+        """The C entry point that runs variant `key` on `device` (loaded or built first: only that
+        variant's code unless the family's library is at hand) and the device's index. Without a key,
+        the family's library (build())."""
         device = torch.device(device)
         index = device.index if device.index is not None else torch.cuda.current_device()
-        return self._fns.get(device_arch(device)) or self.build(device), index
+        arch = device_arch(device)
+        if key is None:
+            return self._fns.get(arch) or self.build(device), index
+        return self._by_key.get((arch, key)) or self._entry_for_key(arch, key), index
+
+    def _entry_for_key(self, arch: str | None, key: int):
+        self._check_arch(arch)
+        with self._lock:
+            if (arch, key) in self._by_key:
+                return self._by_key[(arch, key)]
+            family = self.request(arch)
+            variant = family.variant_names().get(key)
+            if variant is None:
+                raise K3Error(f"{self.family}: no variant has key {key:#x}")
+            record_launch(self.family, variant, arch, key)
+            fn = self._fns.get(arch)
+            if fn is None:
+                req, path = ensure_any([family, family.variant_request(variant)],
+                                       what=f"{self.family} variant {variant} (key {key:#x})")
+                fn = self._load(path, req.entry_symbol)
+                if req.variant is None:
+                    self._fns[arch] = fn
+            self._by_key[(arch, key)] = fn
+            return fn
 
     def launch(self, key: int, args, device) -> None:
         """Run the variant `key` on the current stream of `device` (so CUDA graphs capture it)."""
-        fn, index = self.entry_for(device)
+        fn, index = self.entry_for(device, key)
         err = ctypes.create_string_buffer(ERR_LEN)
         rc = fn(key, ctypes.byref(args), raw_stream(index), index, err, ERR_LEN)
         if rc:
             raise_launch_error(rc, err.value)
+
+
+def prebuilt_archs(package: Path, family: str) -> tuple[str, ...] | None:
+    """From <package>/prebuilt/index.json, which `k3gen package` writes; None when there is none."""
+    try:
+        index = json.loads((package / PREBUILT / PREBUILT_INDEX).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise K3BuildError(f"k3gen: unreadable {package / PREBUILT / PREBUILT_INDEX}: {exc}") from None
+    return tuple(index.get("families", {}).get(family, ()))
+
+
+_recorded: set = set()
+_record_lock = threading.Lock()
+
+
+def record_launch(family: str, variant: str, arch: str, key: int) -> None:
+    """With $K3GEN_RECORD=FILE, append one JSON line per (family, variant, arch) this process launches."""
+    path = os.environ.get("K3GEN_RECORD")
+    if not path or (path, family, variant, arch) in _recorded:
+        return
+    line = json.dumps({"family": family, "variant": variant, "arch": arch, "key": f"{key:#x}"}, sort_keys=True)
+    with _record_lock:
+        # One write of one line in append mode: lines of concurrent processes never interleave.
+        with open(path, "a") as f:
+            f.write(line + "\n")
+        _recorded.add((path, family, variant, arch))
 
 
 def raise_launch_error(rc: int, message: bytes) -> None:

@@ -1,6 +1,8 @@
 """The ninja edges of one family's library for one arch: shared by the JIT cache and `k3gen compile`.
 
-One writer for both means an AOT library is compiled by exactly the commands a JIT build would run.
+One writer for both means an AOT library is compiled by exactly the commands a JIT build would run,
+each compile behind $K3GEN_COMPILER_LAUNCHER when it is set (sccache: a compile cache shared across
+machines; it changes no output, so no key hashes it).
 Objects carry nvcc/clang depfiles (-MD -MF), so an edited header rebuilds the units that include it.
 A library is linked to a temporary name and renamed, so a process that already loaded the previous
 one never sees its file change under it.
@@ -11,7 +13,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from .toolchain import find_ninja
+from .jobs import default_jobs  # noqa: F401  (re-exported: the one rule for -j)
+from .toolchain import find_ninja, launcher
 
 RULES = """ninja_required_version = 1.3
 
@@ -38,16 +41,21 @@ def command(args: list[str]) -> str:
 
 
 def library_edges(sources: list[Path], compiler: str, cflags: list[str], lflags: list[str], prefix: str,
-                  label: str) -> tuple[list[str], str]:
-    """(lines, library path): one compile edge per source into <prefix>obj/, one link into <prefix>lib.so."""
+                  label: str, obj_dir: str | None = None, have: set | None = None) -> tuple[list[str], str]:
+    """(lines, library path): one compile edge per source into <prefix>obj/ (or obj_dir), one link
+    into <prefix>lib.so. Objects in `have` already have their edge (a variant library links the object
+    its family's library compiles); the objects emitted here are added to it."""
     from .artifact import LIB
 
-    lines, objs = [], []
-    cxx, cf, lf = command([compiler]), command(cflags), command(lflags)
+    lines, objs, have = [], [], set() if have is None else have
+    cc, cxx, cf, lf = command([*launcher(), compiler]), command([compiler]), command(cflags), command(lflags)
     for src in sources:
-        obj = f"{prefix}obj/{src.stem}.o"
+        obj = f"{obj_dir or prefix + 'obj/'}{src.stem}.o"
         objs.append(obj)
-        lines += [f"build {path(obj)}: compile {path(src)}", f"  cxx = {cxx}", f"  cflags = {cf}",
+        if obj in have:
+            continue
+        have.add(obj)
+        lines += [f"build {path(obj)}: compile {path(src)}", f"  cxx = {cc}", f"  cflags = {cf}",
                   f"  desc = {label} {src.name}"]
     lib = f"{prefix}{LIB}"
     lines += [f"build {path(lib)}: link {' '.join(path(o) for o in objs)}", f"  cxx = {cxx}",

@@ -77,3 +77,26 @@ def compile_flags(arch: str, defines: list[str], include: Path) -> list[str]:
 
 def link_flags(arch: str) -> list[str]:
     return ["-shared"] if backend_of(arch) == "cuda" else ["-shared", "--hip-link"]
+
+
+def launcher() -> list[str]:
+    """$K3GEN_COMPILER_LAUNCHER (e.g. `sccache`), split like a shell would: it prefixes every compile
+    (never a link), in JIT and AOT builds alike. It changes no output, so no key hashes it."""
+    import shlex
+
+    return shlex.split(os.environ.get("K3GEN_COMPILER_LAUNCHER", ""))
+
+
+# clang's message when it has no ROCm device bitcode to link HIP code against (one per unit).
+_NO_ROCM_DEVICE_LIBS = "cannot find ROCm device library"
+
+
+def explain_failure(output: str, arch: str) -> str | None:
+    """One line naming what is missing, for a build that failed for want of a part of the toolchain."""
+    if _NO_ROCM_DEVICE_LIBS in output:
+        return (f"k3gen: building for {arch} needs the ROCm device libraries (clang: \"{_NO_ROCM_DEVICE_LIBS}\"), "
+                "which are not installed: install them (apt-get install rocm-device-libs, or a ROCm install) and "
+                "set ROCM_PATH (or K3GEN_HIPCC=$ROCM_PATH/bin/hipcc) if they are not under /opt/rocm; without "
+                "them only device code compiles (clang --cuda-device-only -nogpulib), which is what CI checks "
+                "for HIP")
+    return None

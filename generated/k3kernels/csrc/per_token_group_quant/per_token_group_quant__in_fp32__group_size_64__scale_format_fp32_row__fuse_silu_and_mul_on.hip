@@ -15,3 +15,11 @@ int per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_s
 }
 
 }  // namespace k3_per_token_group_quant
+
+// This variant alone, with the family entry's ABI: the runtime links this unit by itself into a
+// library when a first call needs only this variant (k3gen.runtime.cache, per-variant builds).
+extern "C" int k3_per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on_launch(int64_t key, const k3_per_token_group_quant::Args* a, void* stream, int device, char* err, size_t err_len) {
+  if (key != 0x1013) return k3::fail(err, err_len, "per_token_group_quant: this library holds only variant per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on (key 0x1013)");
+  const k3::DeviceScope on(device);  // the caller's current device may be another GPU
+  return k3_per_token_group_quant::per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on(*a, static_cast<k3_stream_t>(stream), err, err_len);
+}

@@ -15,3 +15,11 @@ int route_quant_fused__score_fp32__act_bf16(const Args& a, k3_stream_t stream, c
 }
 
 }  // namespace k3_route_quant_fused
+
+// This variant alone, with the family entry's ABI: the runtime links this unit by itself into a
+// library when a first call needs only this variant (k3gen.runtime.cache, per-variant builds).
+extern "C" int k3_route_quant_fused__score_fp32__act_bf16_launch(int64_t key, const k3_route_quant_fused::Args* a, void* stream, int device, char* err, size_t err_len) {
+  if (key != 0x13) return k3::fail(err, err_len, "route_quant_fused: this library holds only variant route_quant_fused__score_fp32__act_bf16 (key 0x13)");
+  const k3::DeviceScope on(device);  // the caller's current device may be another GPU
+  return k3_route_quant_fused::route_quant_fused__score_fp32__act_bf16(*a, static_cast<k3_stream_t>(stream), err, err_len);
+}

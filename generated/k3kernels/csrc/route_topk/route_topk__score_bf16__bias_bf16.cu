@@ -14,3 +14,11 @@ int route_topk__score_bf16__bias_bf16(const Args& a, k3_stream_t stream, char* e
 }
 
 }  // namespace k3_route_topk
+
+// This variant alone, with the family entry's ABI: the runtime links this unit by itself into a
+// library when a first call needs only this variant (k3gen.runtime.cache, per-variant builds).
+extern "C" int k3_route_topk__score_bf16__bias_bf16_launch(int64_t key, const k3_route_topk::Args* a, void* stream, int device, char* err, size_t err_len) {
+  if (key != 0x11) return k3::fail(err, err_len, "route_topk: this library holds only variant route_topk__score_bf16__bias_bf16 (key 0x11)");
+  const k3::DeviceScope on(device);  // the caller's current device may be another GPU
+  return k3_route_topk::route_topk__score_bf16__bias_bf16(*a, static_cast<k3_stream_t>(stream), err, err_len);
+}

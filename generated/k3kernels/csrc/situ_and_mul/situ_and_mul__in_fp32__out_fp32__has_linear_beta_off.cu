@@ -14,3 +14,11 @@ int situ_and_mul__in_fp32__out_fp32__has_linear_beta_off(const Args& a, k3_strea
 }
 
 }  // namespace k3_situ_and_mul
+
+// This variant alone, with the family entry's ABI: the runtime links this unit by itself into a
+// library when a first call needs only this variant (k3gen.runtime.cache, per-variant builds).
+extern "C" int k3_situ_and_mul__in_fp32__out_fp32__has_linear_beta_off_launch(int64_t key, const k3_situ_and_mul::Args* a, void* stream, int device, char* err, size_t err_len) {
+  if (key != 0x33) return k3::fail(err, err_len, "situ_and_mul: this library holds only variant situ_and_mul__in_fp32__out_fp32__has_linear_beta_off (key 0x33)");
+  const k3::DeviceScope on(device);  // the caller's current device may be another GPU
+  return k3_situ_and_mul::situ_and_mul__in_fp32__out_fp32__has_linear_beta_off(*a, static_cast<k3_stream_t>(stream), err, err_len);
+}
