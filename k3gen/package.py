@@ -28,6 +28,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from .runtime.files import write_if_changed
+
 NAME = "k3kernels"
 
 
@@ -71,6 +73,8 @@ def wheel_files(root: Path, aot: Path, built: dict[str, list[str]]) -> dict[str,
     files["k3gen/__init__.py"] = (k3gen / "__init__.py").read_bytes()
     for f in sorted((k3gen / "runtime").glob("*.py")):
         files[f"k3gen/runtime/{f.name}"] = f.read_bytes()
+    for f in sorted((k3gen / "runtime" / "csrc").glob("*.cpp")):  # the C++ call path, built where it runs
+        files[f"k3gen/runtime/csrc/{f.name}"] = f.read_bytes()
     return files
 
 
@@ -99,9 +103,7 @@ def write_wheel(files: dict[str, bytes], out: Path, version: str, archs: list[st
             info.external_attr = (0o755 if name.endswith(".so") else 0o644) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, data, compresslevel=9)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)
+    write_if_changed(path, buf.getvalue(), atomic=True)
     return path
 
 
