@@ -53,8 +53,9 @@ def _digest(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def wheel_files(root: Path, aot: Path, built: dict[str, list[str]]) -> dict[str, bytes]:
-    """{path in the wheel: bytes}: wrappers, sources, the prebuilt libraries of `built`, the runtime."""
+def wheel_files(root: Path, aot: Path, built: dict[str, list[str]], host: Path | None = None) -> dict[str, bytes]:
+    """{path in the wheel: bytes}: wrappers, sources, the prebuilt libraries of `built`, the runtime
+    and, when `host` is given, the C++ call path prebuilt for this torch and Python."""
     from .runtime import artifact
     from .runtime.cache import PREBUILT, PREBUILT_INDEX
 
@@ -75,7 +76,27 @@ def wheel_files(root: Path, aot: Path, built: dict[str, list[str]]) -> dict[str,
         files[f"k3gen/runtime/{f.name}"] = f.read_bytes()
     for f in sorted((k3gen / "runtime" / "csrc").glob("*.cpp")):  # the C++ call path, built where it runs
         files[f"k3gen/runtime/csrc/{f.name}"] = f.read_bytes()
+    if host is not None:
+        files[f"k3gen/runtime/prebuilt/{host.name}"] = host.read_bytes()
     return files
+
+
+def prebuilt_host(aot: Path) -> tuple[Path | None, str]:
+    """The C++ call path (k3gen.runtime.hostext) compiled for this machine's torch and Python, so a
+    serving machine with the same torch and Python needs no compiler for it; or why not."""
+    try:
+        import torch
+
+        from .runtime import hostext
+    except ImportError:
+        return None, "torch is not installed here"
+    if not (torch.version.cuda or torch.version.hip):
+        return None, f"torch {torch.__version__} here has no CUDA"
+    try:
+        lib = hostext.compile_to(torch, aot / "_host" / hostext.prebuilt_name(torch))
+    except OSError as exc:
+        return None, str(exc).splitlines()[0]
+    return lib, f"prebuilt for torch {torch.__version__}, {sysconfig.get_config_var('SOABI')}"
 
 
 def write_wheel(files: dict[str, bytes], out: Path, version: str, archs: list[str]) -> Path:
@@ -157,13 +178,16 @@ def package_tree(root: Path, archs: list[str], families: list[str], jobs: int | 
         print("k3gen package: no wheel: the compile failed", file=sys.stderr)
         return rc
     all_archs = sorted({a for a in built.values() for a in a})
-    path = write_wheel(wheel_files(root, aot, built), (out or root / "dist").resolve(), __version__, all_archs)
+    host, host_note = prebuilt_host(aot)
+    path = write_wheel(wheel_files(root, aot, built, host), (out or root / "dist").resolve(), __version__, all_archs)
     print(f"k3gen package: {path} ({path.stat().st_size / 2**20:.2f} MiB; {len(built)} families prebuilt for "
           f"{', '.join(all_archs)})")
     for arch, (raw, packed) in sorted(sizes(path).items()):
         what = ("wrappers, sources, runtime" if arch == "common"
                 else f"{sum(arch in a for a in built.values())} libraries")
         print(f"  {arch:8} {raw / 2**20:7.2f} MiB ({what}), {packed / 2**20:6.2f} MiB compressed")
+    print(f"  C++ call path: {host_note}" + ("" if host else "; the wheel serves cached calls from Python there "
+                                                              "unless a C++ compiler can build it"))
     print(f"Install on a serving machine (torch installed, no compiler): pip install --no-deps {path.name}; "
           "then K3GEN_NO_JIT=1 makes any miss an error instead of a build")
     return 0

@@ -285,3 +285,25 @@ def test_multi_output_families_and_str_scalars_cache_correctly(host_path):
             assert all(torch.equal(g.view(torch.uint8), w.view(torch.uint8)) for g, w in zip(got, want)), fmt
     if host_path == "cpp":
         assert type(ptgq._FAST.impl).__name__ == "Family"
+
+
+def test_the_cpp_path_is_keyed_without_paths_and_off_where_it_cannot_run(monkeypatch, tmp_path, caplog):
+    """The content key (the name `k3gen package` ships it under) holds no path of this machine;
+    K3GEN_HOST_PATH=python, or a CPU-only torch, leaves the Python path on, and one log line says why."""
+    key = hostext.content_key(torch)
+    assert len(key) == 32 and key == hostext.content_key(torch)
+    assert hostext.prebuilt_name(torch).startswith(f"_k3host.{key}.")
+    monkeypatch.setattr(hostext, "SOURCE", tmp_path / "k3host.cpp")
+    (tmp_path / "k3host.cpp").write_bytes(hostext.Path(hostext.__file__).with_name("csrc").joinpath("k3host.cpp")
+                                          .read_bytes())
+    assert hostext.content_key(torch) == key  # the same source elsewhere: the same key
+    cases = [("K3GEN_HOST_PATH", "python", "K3GEN_HOST_PATH=python")]
+    if not (torch.version.cuda or torch.version.hip):
+        cases.append(("K3GEN_HOST_PATH", "", "torch has no CUDA or HIP"))
+    for var, value, why in cases:
+        monkeypatch.setattr(hostext, "_state", {})
+        monkeypatch.setenv(var, value)
+        caplog.clear()
+        with caplog.at_level("INFO", logger="k3gen"):
+            assert hostext.load() is None
+        assert why in caplog.text

@@ -6,6 +6,10 @@ hashes what changes the binary: the source, the command line, the compiler's ver
 version and the Python ABI. When it cannot be had (torch without CUDA or HIP, no C++ compiler,
 K3GEN_NO_JIT=1 and nothing built, or K3GEN_HOST_PATH=python), the wrappers keep the Python fast
 path (fastpath.PyFastPath) and one log line says why.
+
+Lookup order: a prebuilt library that `k3gen package` put beside this file (prebuilt/, named by
+the content key: source, flags, torch version and Python ABI, so a serving machine without a
+compiler can match it), then the JIT cache, then a build (never under K3GEN_NO_JIT=1).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from .files import locked, write_if_changed
 
 log = logging.getLogger("k3gen")
 SOURCE = Path(__file__).parent / "csrc" / "k3host.cpp"
+PREBUILT = Path(__file__).parent / "prebuilt"
 _NAME = "_k3host"
 _lock = threading.Lock()
 _state: dict = {}
@@ -42,38 +47,55 @@ def _command(torch, out: Path) -> list[str]:
             f"-Wl,-rpath,{root / 'lib'}"]
 
 
-def _key(torch, command: list[str]) -> str:
-    try:
-        version = subprocess.run([command[0], "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        version = ""
+def content_key(torch) -> str:
+    """What the binary is made of, minus the compiler (which a serving machine may lack)."""
+    paths = ("-I", "-L", "-Wl,-rpath", "-o", "<out>", str(SOURCE))
+    flags = [f for f in _command(torch, Path("<out>"))[1:] if not f.startswith(paths)]
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), "\0".join(command).encode(), version.encode(),
-                 torch.__version__.encode(), sysconfig.get_config_var("SOABI").encode()):
+    for part in (SOURCE.read_bytes(), "\0".join(flags).encode(), torch.__version__.encode(),
+                 str(torch.version.cuda or torch.version.hip).encode(), sysconfig.get_config_var("SOABI").encode()):
         h.update(part + b"\0")
     return h.hexdigest()[:32]
 
 
-def _build(torch) -> Path:
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    probe = _command(torch, Path("<out>"))
-    entry = cache_root() / "_host" / _key(torch, probe)
-    lib = entry / (_NAME + suffix)
-    if lib.is_file() or jit_disabled():
-        return lib
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    with locked(entry.parent / f".{entry.name}.lock"):
+def _compiler_version(command: list[str]) -> str:
+    try:
+        return subprocess.run([command[0], "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def prebuilt_name(torch) -> str:
+    return f"{_NAME}.{content_key(torch)}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+
+
+def compile_to(torch, lib: Path) -> Path:
+    """Compile the extension into `lib` (a staging file first, published by one atomic rename)."""
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    with locked(lib.parent / f".{lib.name}.lock"):
         if lib.is_file():
             return lib
-        stage = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=entry.parent))
+        stage = Path(tempfile.mkdtemp(prefix=f".{lib.name}.", dir=lib.parent))
         try:
             r = subprocess.run(_command(torch, stage / lib.name), capture_output=True, text=True, timeout=300)
             if r.returncode != 0:
-                raise OSError(f"{probe[0]} exited {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}")
+                raise OSError(f"{_command(torch, lib)[0]} exited {r.returncode}: "
+                              f"{(r.stderr or r.stdout).strip()[-400:]}")
             write_if_changed(lib, (stage / lib.name).read_bytes(), atomic=True)  # never half a library
         finally:
             shutil.rmtree(stage, ignore_errors=True)
     return lib
+
+
+def _build(torch) -> Path:
+    if (prebuilt := PREBUILT / prebuilt_name(torch)).is_file():
+        return prebuilt
+    command = _command(torch, Path("<out>"))
+    key = hashlib.sha256(f"{content_key(torch)}\0{_compiler_version(command)}".encode()).hexdigest()[:32]
+    lib = cache_root() / "_host" / key / (_NAME + importlib.machinery.EXTENSION_SUFFIXES[0])
+    if lib.is_file() or jit_disabled():
+        return lib
+    return compile_to(torch, lib)
 
 
 def load():
