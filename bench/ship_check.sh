@@ -59,6 +59,8 @@ print("nvcc on PATH:", shutil.which("nvcc"), "| k3kernels from", k3kernels.__fil
 for name in k3kernels.FAMILIES:
     fam = getattr(k3kernels, name)
     print(f"  {name}: supported_hardware={fam.supported_hardware()} available={fam.available()}")
+from k3gen.runtime import hostext
+print("C++ call path:", hostext.load())  # the wheel's prebuilt one: no compiler here
 PY
 s=$(date +%s)
 serve timeout "${TEST_TIMEOUT:-240}" "$VPY" -m pytest tests -p no:cacheprovider -q > "$LOGS/wheel_gpu_tests.log" 2>&1
