@@ -10,7 +10,7 @@ import torch
 
 from k3gen.runtime import K3UnsupportedError
 
-FRONT = 'route_quant_fused'
+FRONT = "route_quant_fused"
 
 
 @dataclass(frozen=True)
@@ -23,18 +23,18 @@ class Runner:
 
 
 RUNNERS = {
-    'sm100_mxfp4': Runner('sm100_mxfp4', ('sm_100a',), 'fp32_strided', torch.float32,
-                        'Blackwell mxfp4 expert GEMM reading the fp32 slice of the fused GEMM output directly'),
-    'marlin': Runner('marlin', ('sm_90a', 'sm_100a'), 'dense_bf16', torch.bfloat16,
-                        'Marlin mixed-precision GEMM'),
-    'triton': Runner('triton', ('sm_90a', 'sm_100a', 'gfx942', 'gfx950'), 'dense_bf16', torch.bfloat16,
-                        'Triton fused-MoE GEMM'),
-    'sm90_cutlass_mxfp4': Runner('sm90_cutlass_mxfp4', ('sm_90a',), 'dense_bf16', torch.bfloat16,
-                        'Hopper CUTLASS mxfp4 grouped GEMM'),
-    'sm120_cutlass_mxfp4': Runner('sm120_cutlass_mxfp4', ('sm_120a',), 'dense_bf16', torch.bfloat16,
-                        'SM120 CUTLASS mxfp4 grouped GEMM'),
-    'bf16_forced': Runner('bf16_forced', ('sm_90a', 'sm_100a', 'sm_120a', 'gfx942', 'gfx950'), 'dense_bf16', torch.bfloat16,
-                        'any runner forced to bf16 precision'),
+    "sm100_mxfp4": Runner("sm100_mxfp4", ("sm_100a",), "fp32_strided", torch.float32,
+                        "Blackwell mxfp4 expert GEMM reading the fp32 slice of the fused GEMM output directly"),
+    "marlin": Runner("marlin", ("sm_90a", "sm_100a"), "dense_bf16", torch.bfloat16,
+                        "Marlin mixed-precision GEMM"),
+    "triton": Runner("triton", ("sm_90a", "sm_100a", "gfx942", "gfx950"), "dense_bf16", torch.bfloat16,
+                        "Triton fused-MoE GEMM"),
+    "sm90_cutlass_mxfp4": Runner("sm90_cutlass_mxfp4", ("sm_90a",), "dense_bf16", torch.bfloat16,
+                        "Hopper CUTLASS mxfp4 grouped GEMM"),
+    "sm120_cutlass_mxfp4": Runner("sm120_cutlass_mxfp4", ("sm_120a",), "dense_bf16", torch.bfloat16,
+                        "SM120 CUTLASS mxfp4 grouped GEMM"),
+    "bf16_forced": Runner("bf16_forced", ("sm_90a", "sm_100a", "sm_120a", "gfx942", "gfx950"), "dense_bf16", torch.bfloat16,
+                        "any runner forced to bf16 precision"),
 }
 
 

@@ -9,12 +9,12 @@ from k3kernels import runners
 from k3kernels import route_quant_fused as front
 
 TABLE = [
-    ('sm100_mxfp4', ['sm_100a'], 'fp32_strided', torch.float32),
-    ('marlin', ['sm_90a', 'sm_100a'], 'dense_bf16', torch.bfloat16),
-    ('triton', ['sm_90a', 'sm_100a', 'gfx942', 'gfx950'], 'dense_bf16', torch.bfloat16),
-    ('sm90_cutlass_mxfp4', ['sm_90a'], 'dense_bf16', torch.bfloat16),
-    ('sm120_cutlass_mxfp4', ['sm_120a'], 'dense_bf16', torch.bfloat16),
-    ('bf16_forced', ['sm_90a', 'sm_100a', 'sm_120a', 'gfx942', 'gfx950'], 'dense_bf16', torch.bfloat16),
+    ("sm100_mxfp4", ["sm_100a"], "fp32_strided", torch.float32),
+    ("marlin", ["sm_90a", "sm_100a"], "dense_bf16", torch.bfloat16),
+    ("triton", ["sm_90a", "sm_100a", "gfx942", "gfx950"], "dense_bf16", torch.bfloat16),
+    ("sm90_cutlass_mxfp4", ["sm_90a"], "dense_bf16", torch.bfloat16),
+    ("sm120_cutlass_mxfp4", ["sm_120a"], "dense_bf16", torch.bfloat16),
+    ("bf16_forced", ["sm_90a", "sm_100a", "sm_120a", "gfx942", "gfx950"], "dense_bf16", torch.bfloat16),
 ]
 ACT_DTYPES = [torch.bfloat16, torch.float32]
 
