@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from . import gate_eval
 from .errors import SpecError
 
 
@@ -189,6 +190,8 @@ def _dense_bf16(runners, families: dict, complete: bool) -> list[SpecError]:
                                      "change the runners"))
     if not errors:
         errors += _same_math(ls, c, runner_at)
+    if not errors:
+        errors += _check_call(runners, ls, c, dense)
     src, dst = c.default
     rule = ls.spec.dtypes.defaults.get(c.target)
     if not errors and rule is not None and rule.from_ == c.source and rule.map.get(src, dst) != dst:
@@ -196,6 +199,59 @@ def _dense_bf16(runners, families: dict, complete: bool) -> list[SpecError]:
                                f"{c.source}={src} defaults to {c.target}={rule.map[src]}, but the dense-bf16 runners "
                                f"need {dst} ({runner_at}; {CONTRACT}); map {src}: {dst}"))
     return errors
+
+
+def _check_call(runners, ls, c: DenseBf16Contract, dense: list) -> list[SpecError]:
+    """The runner table's `dense_bf16_check` is a call the family accepts: its dims, its scalars, and
+    sizes every gate passes in the contract's cells (generated/tests/test_runners.py makes the call)."""
+    from .plan import _vector_elements  # the plan's own vector rule; imported late (plan imports load)
+
+    check, sig = runners.table.dense_bf16_check, ls.spec.signature
+    fam_at = f"{ls.file}:{ls.located.line_of(('signature',))}"
+    if check is None:
+        i, first = dense[0]
+        return [runners.error(("runners", i, "consumes"), (
+            f"runner '{first.name}' consumes dense_bf16, whose generated GPU test calls {c.family}: add "
+            f"`dense_bf16_check: {{dims: {{{', '.join(f'{d}: SIZE' for d in sig.dims)}}}, scalars: {{...}}}}` "
+            f"to this file ({c.family}'s signature: {fam_at})"))]
+    errors = []
+    missing = [d for d in sig.dims if d not in check.dims]
+    unknown = [d for d in check.dims if d not in sig.dims]
+    if missing or unknown:
+        errors.append(runners.error(("dense_bf16_check", "dims"), (
+            f"the call of {c.family} needs a size for each of its dims ({', '.join(sig.dims)}; {fam_at}); "
+            + "; ".join([*([f"missing: {', '.join(missing)}"] if missing else []),
+                         *([f"not a dim of {c.family}: {', '.join(unknown)}"] if unknown else [])]))))
+    for name in check.scalars:
+        if name not in sig.scalars:
+            errors.append(runners.error(("dense_bf16_check", "scalars", name), (
+                f"'{name}' is not a scalar of {c.family} ({fam_at}: {', '.join(sig.scalars) or 'none'})")))
+    required = [n for n, sc in sig.scalars.items() if not sc.optional and n not in check.scalars]
+    if required:
+        errors.append(runners.error(("dense_bf16_check", "scalars"), (
+            f"the call of {c.family} needs {', '.join(required)} ({fam_at}); give {'them' if len(required) > 1 else 'it'}"
+            " a value here")))
+    if errors:
+        return errors
+    s = ls.spec
+    for src, dst in c.cells:
+        dtypes = {c.source: src, c.target: dst}
+        known = {**s.constants, **check.dims, **check.scalars, "vec": _vector_elements(s, dtypes)}
+        for i, gate in enumerate(s.gates):
+            if _decide(gate.check, known) is False:
+                return [runners.error(("dense_bf16_check", "dims"), (
+                    f"{c.family} refuses this call: gate {i} `{gate.check}` fails for "
+                    f"{', '.join(f'{d} = {v}' for d, v in check.dims.items())} in ({c.source}, {c.target}) = "
+                    f"({src}, {dst}) ({ls.file}:{ls.located.line_of(('gates', i, 'check'))}); pick sizes it accepts"))]
+    return []
+
+
+def _decide(source, values: dict) -> bool | None:
+    """gate_eval.decide, where syntax it does not know decides nothing."""
+    try:
+        return gate_eval.decide(source, values)
+    except (gate_eval.GateEvalError, TypeError):
+        return None
 
 
 def _same_math(ls, c: DenseBf16Contract, runner_at: str) -> list[SpecError]:

@@ -480,11 +480,24 @@ class Runner(SpecModel):
         return CONSUMES[self.consumes]
 
 
+class DenseBf16Check(SpecModel):
+    """The call the generated test of the dense-bf16 contract makes: the contract's family
+    (k3gen.contracts.DENSE_BF16) on fp32 input of these sizes, with these scalars."""
+
+    dims: dict[Symbol, Annotated[StrictInt, _checked(
+        lambda v: None if 1 <= v <= 1 << 24 else f"{v} is not a test size in 1..{1 << 24}")]] = Field(
+        description="each signature dim of the family → its size")
+    scalars: dict[Ident, Float32] = Field(default_factory=dict,
+                                          description="the family's scalar arguments of the call, by name")
+
+
 class RunnerTable(SpecModel):
     """specs/runners.yaml: the runners of the MoE front and the family whose output they consume."""
 
     front: Word = Field(description="the kernel family whose `act` dtype axis the runners read")
     runners: list[Runner] = Field(max_length=256)
+    dense_bf16_check: DenseBf16Check | None = Field(
+        None, description="the GPU test of the dense-bf16 contract; needed while a runner consumes dense_bf16")
 
     @field_validator("runners")
     @classmethod

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import itertools
 
-from . import pyformat, routing
+from . import gate_eval, pyformat, routing
 from .plan import FamilyPlan
-from .spellings import wrapper_signature
+from .spellings import torch_dtype, wrapper_signature
 
 ROW = 16  # numbers per row of a table
 
@@ -85,3 +85,26 @@ def _hoist(value, tables: dict, key: str = "table"):
 def _rows(numbers: list) -> list[list]:
     return [numbers[i : i + ROW] for i in range(0, len(numbers), ROW)]
 
+
+def runner_test_data(p: FamilyPlan, producer: FamilyPlan | None) -> dict:
+    """What test_runners.py.j2 writes: the runner table and, while a runner consumes dense_bf16, the
+    call of the contract's family (`producer`) that its GPU test makes (specs/runners.yaml,
+    dense_bf16_check; k3gen.contracts checked it at load)."""
+    rows = [(r.name, list(r.archs), r.consumes, pyformat.Name(torch_dtype(r.activation_dtype))) for r in p.runners]
+    act = [pyformat.Name(torch_dtype(d)) for d in p.spec.dtypes.axes["act"]]
+    check = p.dense_bf16_check
+    if producer is None or check is None:
+        return {"TABLE": rows, "ACT_DTYPES": act, "producer": None}
+    sig, known = producer.spec.signature, {**producer.spec.constants, **check.dims}
+
+    def shape(t) -> list[int]:
+        return [gate_eval.value(str(e), known) for e in t.shape]
+
+    return {
+        "TABLE": rows,
+        "ACT_DTYPES": act,
+        "producer": producer.name,
+        "DENSE_BF16_INPUTS": {n: shape(t) for n, t in sig.tensors.items() if not t.output and not t.optional},
+        "DENSE_BF16_OUTPUTS": {n: shape(t) for n, t in sig.tensors.items() if t.output},
+        "DENSE_BF16_SCALARS": dict(check.scalars),
+    }

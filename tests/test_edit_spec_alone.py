@@ -109,7 +109,7 @@ def test_add_a_runner(project, capsys, monkeypatch):
     out = build(project, capsys)
     assert "generated/k3kernels/runners.py" in out
     lookup = read(project, "k3kernels/runners.py")
-    assert '"deepgemm_fp8": Runner("deepgemm_fp8", ("sm_90a", "sm_100a"), "dense_bf16", torch.bfloat16,' in lookup
+    assert '("deepgemm_fp8", ("sm_90a", "sm_100a"), "dense_bf16", torch.bfloat16, "DeepGEMM fp8 grouped GEMM"),' in lookup
     assert '("deepgemm_fp8", ["sm_90a", "sm_100a"], "dense_bf16", torch.bfloat16),' in read(project, "tests/test_runners.py")
     assert "| `deepgemm_fp8` | dense_bf16 | bf16 | sm_90a, sm_100a | DeepGEMM fp8 grouped GEMM |" in read(
         project, "docs/route_quant_fused.md")

@@ -3,7 +3,6 @@ k3gen's expansion of aiter's rule equals the oracle's own closed formula, and th
 reaches the C++ header, the cache key and the generated tests. The GPU half is generated/tests."""
 from __future__ import annotations
 
-import ast
 import importlib.util
 import re
 
