@@ -54,7 +54,7 @@ Int32 = Annotated[StrictInt, _checked(grammar.int32_problem)]
 Float32 = Annotated[Union[StrictInt, StrictFloat], _checked(lambda v: grammar.float32_problem(float(v)) if abs(v) < 1e300
                                                              else f"{v} does not fit a C++ float")]
 # An expression of k3gen.exprs; checked against what the spec declares in k3gen.spec_checks.
-ExprSource = Union[StrictInt, str]
+ExprSource = StrictInt | str
 Constant = Annotated[Union[StrictBool, StrictInt, StrictFloat], _checked(
     lambda v: None if type(v) is bool else grammar.int32_problem(v) if type(v) is int else grammar.float32_problem(v))]
 ParamValue = Annotated[Union[StrictInt, str], _checked(
