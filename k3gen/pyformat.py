@@ -57,12 +57,10 @@ def width(text: str) -> int:
     return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
-def assign(name: str, value, comment: str = "") -> str:
-    """`name = value` laid out, ending in a newline; `comment` (without `#`) trails the first line."""
-    lines = _lines(value, 0, f"{name} = ", "")
-    if comment:
-        lines[0] += f"  # {comment}"
-    return "\n".join(lines) + "\n"
+def assign(name: str, value) -> str:
+    """`name = value` laid out, ending in a newline. A comment goes on the line above: ruff counts a
+    trailing one in the width, which this layout does not."""
+    return "\n".join(_lines(value, 0, f"{name} = ", "")) + "\n"
 
 
 def _lines(value, depth: int, head: str, tail: str) -> list[str]:

@@ -152,7 +152,8 @@ REJECTS = [
 OP_ARGS = ["x", "group_size", "scale_format", "fuse_silu_and_mul"]
 OP_DEFAULTS = {"group_size": 128, "scale_format": "fp32_row", "fuse_silu_and_mul": False}
 INPUTS = ["x"]
-DTYPE_ARGS = {}  # op argument -> the output whose dtype it carries
+# Op argument -> the output whose dtype it carries.
+DTYPE_ARGS = {}
 OUTPUTS = ["out", "out_scale"]
 KIT = testing.FamilyTests(
     family=family,

@@ -64,7 +64,8 @@ REJECTS = [
 OP_ARGS = ["scores", "bias", "topk", "num_expert_group", "topk_group", "renormalize", "routed_scaling_factor"]
 OP_DEFAULTS = {"num_expert_group": 1, "topk_group": 1, "renormalize": 1, "routed_scaling_factor": 1.0}
 INPUTS = ["scores", "bias"]
-DTYPE_ARGS = {}  # op argument -> the output whose dtype it carries
+# Op argument -> the output whose dtype it carries.
+DTYPE_ARGS = {}
 OUTPUTS = ["out_weights", "out_ids"]
 KIT = testing.FamilyTests(
     family=family,

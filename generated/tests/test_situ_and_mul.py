@@ -70,7 +70,8 @@ REJECTS = [
 OP_ARGS = ["x", "beta", "linear_beta", "out_dtype"]
 OP_DEFAULTS = {"linear_beta": None, "out_dtype": None}
 INPUTS = ["x"]
-DTYPE_ARGS = {"out_dtype": "out"}  # op argument -> the output whose dtype it carries
+# Op argument -> the output whose dtype it carries.
+DTYPE_ARGS = {"out_dtype": "out"}
 OUTPUTS = ["out"]
 KIT = testing.FamilyTests(
     family=family,
