@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from . import gate_eval
 from .errors import SpecError
 
 
@@ -95,11 +96,11 @@ def _matches_separate(c: SeparateContract, families: dict, complete: bool) -> li
             if not any(all(g.get(a) == v for a, v in want.items()) for g in generated):
                 missing.setdefault(tuple(want.items()), cell)
         for want, cell in missing.items():
-            axis, src = next((a, s) for a, (how, s) in part.cell if how == "axis")
+            src = next(s for _, (how, s) in part.cell if how == "axis")
             path = ("dtypes", "axes", src, fused.spec.dtypes.axes[src].index(cell[src]))
             shown = f"({', '.join(a for a, _ in want)}) = ({', '.join(v for _, v in want)})"
             errors.append(fused.error(path, (
-                f"{src}={cell[src]} is generated here, but {part.family} does not generate {shown} ({axes_at}), "
+                f"{src}={cell[src]} is generated here, but " f"{part.family} does not generate {shown} ({axes_at}), "
                 f"which case {c.case} compares against ({SEPARATE}); generate it there, or drop the case")))
         for param, (how, src) in part.params:
             value = fused.spec.constants.get(src) if how == "constant" else src
@@ -107,7 +108,7 @@ def _matches_separate(c: SeparateContract, families: dict, complete: bool) -> li
             if value not in values:
                 at = f"{other.file}:{other.located.line_of(('params', param))}"
                 errors.append(fused.error(("constants", src) if how == "constant" else case_at, (
-                    f"{part.family} does not generate {param}={value} ({at}: {', '.join(map(str, values)) or 'none'}), "
+                    f"{part.family} does not generate {param}={value} " f"({at}: {', '.join(map(str, values)) or 'none'}), "
                     f"which case {c.case} calls ({SEPARATE}); add it there, or drop the case")))
         for name in part.same:
             mine, its = (_setting(ls, name) for ls in (fused, other))
@@ -115,7 +116,7 @@ def _matches_separate(c: SeparateContract, families: dict, complete: bool) -> li
                 path = (name,) if name == "tie_order" else ("constants", name)
                 at = f"{other.file}:{other.located.line_of(path)}"
                 errors.append(fused.error(path, (
-                    f"{name} = {_shown(mine)} here but {_shown(its)} in {part.family} ({at}), which case {c.case} "
+                    f"{name} = {_shown(mine)} here but {_shown(its)} " f"in {part.family} ({at}), which case {c.case} "
                     f"compares against ({SEPARATE}); make them equal, or drop the case")))
     return errors
 
@@ -145,7 +146,7 @@ def _runner_cells(runners, front) -> list[SpecError]:
         at = f"{front.file}:{front.located.line_of(('dtypes', 'exclude', j))}"
         shown = ", ".join("(" + ", ".join(c.values()) + ")" for c in cells)
         errors.append(runners.error(("runners", i, "consumes"), (
-            f"runner '{r.name}' consumes {r.consumes} ({dtype}), but {front.spec.kernel} generates no cell with "
+            f"runner '{r.name}' consumes {r.consumes} ({dtype}), " f"but {front.spec.kernel} generates no cell with "
             f"act={dtype}: each is excluded (first at {at}); generated ({', '.join(axes)}): {shown}; keep one "
             "of those cells or change the runner")))
     return errors
@@ -189,6 +190,8 @@ def _dense_bf16(runners, families: dict, complete: bool) -> list[SpecError]:
                                      "change the runners"))
     if not errors:
         errors += _same_math(ls, c, runner_at)
+    if not errors:
+        errors += _check_call(runners, ls, c, dense)
     src, dst = c.default
     rule = ls.spec.dtypes.defaults.get(c.target)
     if not errors and rule is not None and rule.from_ == c.source and rule.map.get(src, dst) != dst:
@@ -196,6 +199,58 @@ def _dense_bf16(runners, families: dict, complete: bool) -> list[SpecError]:
                                f"{c.source}={src} defaults to {c.target}={rule.map[src]}, but the dense-bf16 runners "
                                f"need {dst} ({runner_at}; {CONTRACT}); map {src}: {dst}"))
     return errors
+
+
+def _check_call(runners, ls, c: DenseBf16Contract, dense: list) -> list[SpecError]:
+    """The runner table's `dense_bf16_check` is a call the family accepts: its dims, its scalars, and
+    sizes every gate passes in the contract's cells (generated/tests/test_runners.py makes the call)."""
+
+    check, sig = runners.table.dense_bf16_check, ls.spec.signature
+    fam_at = f"{ls.file}:{ls.located.line_of(('signature',))}"
+    if check is None:
+        i, first = dense[0]
+        return [runners.error(("runners", i, "consumes"), (
+            f"runner '{first.name}' consumes dense_bf16, whose generated GPU test calls {c.family}: add "
+            f"`dense_bf16_check: {{dims: {{{', '.join(f'{d}: SIZE' for d in sig.dims)}}}, scalars: {{...}}}}` "
+            f"to this file ({c.family}'s signature: {fam_at})"))]
+    errors = []
+    missing = [d for d in sig.dims if d not in check.dims]
+    unknown = [d for d in check.dims if d not in sig.dims]
+    if missing or unknown:
+        errors.append(runners.error(("dense_bf16_check", "dims"), (
+            f"the call of {c.family} needs a size for each of its dims ({', '.join(sig.dims)}; {fam_at}); "
+            + "; ".join([*([f"missing: {', '.join(missing)}"] if missing else []),
+                         *([f"not a dim of {c.family}: {', '.join(unknown)}"] if unknown else [])]))))
+    for name in check.scalars:
+        if name not in sig.scalars:
+            errors.append(runners.error(("dense_bf16_check", "scalars", name), (
+                f"'{name}' is not a scalar of {c.family} ({fam_at}: {', '.join(sig.scalars) or 'none'})")))
+    required = [n for n, sc in sig.scalars.items() if not sc.optional and n not in check.scalars]
+    if required:
+        errors.append(runners.error(("dense_bf16_check", "scalars"), (
+            f"the call of {c.family} needs {', '.join(required)} " f"({fam_at}); give {'them' if len(required) > 1 else 'it'}"
+            " a value here")))
+    if errors:
+        return errors
+    s = ls.spec
+    for src, dst in c.cells:
+        dtypes = {c.source: src, c.target: dst}
+        known = {**s.constants, **check.dims, **check.scalars, "vec": s.vector.elements_for(dtypes)}
+        for i, gate in enumerate(s.gates):
+            if _decide(gate.check, known) is False:
+                return [runners.error(("dense_bf16_check", "dims"), (
+                    f"{c.family} refuses this call: gate {i} `{gate.check}` fails for "
+                    f"{', '.join(f'{d} = {v}' for d, v in check.dims.items())} in ({c.source}, {c.target}) = "
+                    f"({src}, {dst}) ({ls.file}:{ls.located.line_of(('gates', i, 'check'))}); " "pick sizes it accepts"))]
+    return []
+
+
+def _decide(source, values: dict) -> bool | None:
+    """gate_eval.decide, where syntax it does not know decides nothing."""
+    try:
+        return gate_eval.decide(source, values)
+    except (gate_eval.GateEvalError, TypeError):
+        return None
 
 
 def _same_math(ls, c: DenseBf16Contract, runner_at: str) -> list[SpecError]:
@@ -214,6 +269,6 @@ def _same_math(ls, c: DenseBf16Contract, runner_at: str) -> list[SpecError]:
             exact = [f"({s}, {d})" for (s, d), f in fast.items() if not f]
             return [ls.error(("fast_math", "when"), (
                 f"fast_math makes ({c.source}, {c.target}) = {', '.join(approx)} approximate but "
-                f"{', '.join(exact)} accurate, while the dense-bf16 runners need both to compute one fp32 value "
+                f"{', '.join(exact)} accurate, while the dense-bf16 " "runners need both to compute one fp32 value "
                 f"({runner_at}; {CONTRACT}); keep them both off (or both on) fast_math"))]
     return []

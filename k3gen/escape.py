@@ -10,13 +10,16 @@ import html
 
 
 def py_literal(value) -> str:
-    """A Python literal of str/int/float/bool/None and lists, tuples and dicts of them."""
-    if isinstance(value, (str, bool, int, type(None))):
+    """A Python literal of str/int/float/bool/None and lists, tuples and dicts of them, spelled as
+    `ruff format` spells it (k3gen.pyformat lays out the long ones)."""
+    if isinstance(value, str):
+        return py_string(value)
+    if isinstance(value, (bool, int, type(None))):
         return repr(value)
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"k3gen bug: {value!r} has no Python literal")
-        return repr(value)
+        return repr(value).replace("e+", "e")  # ruff drops an exponent's plus sign
     if isinstance(value, tuple):
         inner = ", ".join(py_literal(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
@@ -25,6 +28,14 @@ def py_literal(value) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{py_literal(k)}: {py_literal(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"k3gen bug: no Python literal for {type(value).__name__}")
+
+
+def py_string(text: str) -> str:
+    """A Python string literal: double quotes unless that takes more escapes (ruff format's choice)."""
+    r = repr(str(text))
+    body = r[1:-1].replace("\\'", "'") if r[0] == "'" else r[1:-1]  # every quote now unescaped
+    quote = "'" if body.count('"') > body.count("'") else '"'
+    return quote + body.replace(quote, "\\" + quote) + quote
 
 
 def c_string(text) -> str:

@@ -216,7 +216,7 @@ class _Renderer:
                 raise ExprError(f"'{_unparse(node)}': compares a true/false value with a number")
             s = _CMPOPS[type(op)]
             py_parts.append(f"({lp} {s} {rp})")
-            cpp_parts.append(_join2(lc, rc, lambda a, b: f"({a} {s} {b})"))
+            cpp_parts.append(_join2(lc, rc, lambda a, b, s=s: f"({a} {s} {b})"))  # s bound now, not at call
             left = right
         if len(py_parts) == 1:
             return py_parts[0], cpp_parts[0], "bool"
@@ -288,7 +288,7 @@ def _join2(a, b, fn):
 def _unparse(node) -> str:
     try:
         return ast.unparse(node)
-    except Exception:  # noqa: BLE001 - only for a message
+    except Exception:  # only for a message
         return type(node).__name__
 
 

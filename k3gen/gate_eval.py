@@ -65,6 +65,11 @@ def decide(source, values: dict) -> bool | None:
     return None if result is UNKNOWN else bool(result)
 
 
+def value(source, values: dict):
+    """The value of an expression (a shape, say) for known names; UNKNOWN when it reads others."""
+    return _value(parse(source), values)
+
+
 def _value(node, values: dict):
     if isinstance(node, ast.Constant):
         if type(node.value) not in (int, float, bool):

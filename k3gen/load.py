@@ -203,7 +203,7 @@ def attach_runners(runners: LoadedRunners, loaded: list[LoadedSpec]) -> list[Spe
     for i, r in enumerate(table.runners):
         if r.activation_dtype not in act:
             errors.append(runners.error(("runners", i, "consumes"), (
-                f"runner '{r.name}' consumes {r.consumes} ({r.activation_dtype}), which {front.spec.kernel} does "
+                f"runner '{r.name}' consumes {r.consumes} " f"({r.activation_dtype}), which {front.spec.kernel} does "
                 f"not generate: its act axis at {act_at} is [{', '.join(act)}]; add {r.activation_dtype} there "
                 "or change the runner")))
         for j, arch in enumerate(r.archs):

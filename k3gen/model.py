@@ -54,7 +54,7 @@ Int32 = Annotated[StrictInt, _checked(grammar.int32_problem)]
 Float32 = Annotated[Union[StrictInt, StrictFloat], _checked(lambda v: grammar.float32_problem(float(v)) if abs(v) < 1e300
                                                              else f"{v} does not fit a C++ float")]
 # An expression of k3gen.exprs; checked against what the spec declares in k3gen.spec_checks.
-ExprSource = Union[StrictInt, str]
+ExprSource = StrictInt | str
 Constant = Annotated[Union[StrictBool, StrictInt, StrictFloat], _checked(
     lambda v: None if type(v) is bool else grammar.int32_problem(v) if type(v) is int else grammar.float32_problem(v))]
 ParamValue = Annotated[Union[StrictInt, str], _checked(
@@ -488,11 +488,24 @@ class Runner(SpecModel):
         return CONSUMES[self.consumes]
 
 
+class DenseBf16Check(SpecModel):
+    """The call the generated test of the dense-bf16 contract makes: the contract's family
+    (k3gen.contracts.DENSE_BF16) on fp32 input of these sizes, with these scalars."""
+
+    dims: dict[Symbol, Annotated[StrictInt, _checked(
+        lambda v: None if 1 <= v <= 1 << 24 else f"{v} is not a test size in 1..{1 << 24}")]] = Field(
+        description="each signature dim of the family → its size")
+    scalars: dict[Ident, Float32] = Field(default_factory=dict,
+                                          description="the family's scalar arguments of the call, by name")
+
+
 class RunnerTable(SpecModel):
     """specs/runners.yaml: the runners of the MoE front and the family whose output they consume."""
 
     front: Word = Field(description="the kernel family whose `act` dtype axis the runners read")
     runners: list[Runner] = Field(max_length=256)
+    dense_bf16_check: DenseBf16Check | None = Field(
+        None, description="the GPU test of the dense-bf16 contract; needed while a runner consumes dense_bf16")
 
     @field_validator("runners")
     @classmethod

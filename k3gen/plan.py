@@ -91,6 +91,7 @@ class FamilyPlan:
     key_parts: list[str] = field(default_factory=list)  # names of the switch-key components, in order
     runners: list = field(default_factory=list)  # model.Runner rows of specs/runners.yaml, if this is their front
     runners_file: str = ""
+    dense_bf16_check: object = None  # model.DenseBf16Check of specs/runners.yaml, if this is their front
     dims: list[tuple[str, Expr]] = field(default_factory=list)  # in binding order
     selects: dict[str, Expr] = field(default_factory=dict)  # call-time flag -> its select expression
     limits: object = None  # k3gen.limits.TemplateLimits of the template: static_asserts in launch()
@@ -193,6 +194,7 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     return FamilyPlan(s, ls.file, variants, specs, excluded, gates, _arg_fields(s),
                       [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
                       [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "",
+                      ls.runners.table.dense_bf16_check if ls.runners else None,
                       dims, selects, read_limits(root, s.template)[0], ls.located)
 
 

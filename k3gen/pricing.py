@@ -76,7 +76,10 @@ def _price_library(old: Library | None, new: Library | None, table: CostTable, f
     bytes_old, _ = table.library_bytes(family, arch, list(o)) if o else (0, 0)
     bytes_new, _ = table.library_bytes(family, arch, list(n)) if n else (0, 0)
     guessed = sorted(f"{family}/{f}" for f in n if table.unit(family, arch, f).estimated)  # of the units after
-    is_spec = lambda f: not f.startswith("dispatch.")  # noqa: E731 - one unit per specialization but the dispatch
+
+    def is_spec(f: str) -> bool:  # one unit per specialization but the dispatch
+        return not f.startswith("dispatch.")
+
     return Price(specializations_added=sum(map(is_spec, added)), specializations_removed=sum(map(is_spec, removed)),
                  units_added=len(added), units_removed=len(removed), units_changed=len(changed), units=len(n),
                  seconds=round(sum(c.seconds for c in compiled), 2), bytes_old=bytes_old, bytes_new=bytes_new,

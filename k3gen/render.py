@@ -4,12 +4,11 @@ One function per output kind; templates get the plan (C++ spellings and keys alr
 """
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import jinja2
 
-from . import docs, escape, routing
+from . import docs, escape, pyformat, routing
 from .bounds import KEY_BITS
 from .contracts import DENSE_BF16
 from .errors import SpecError, SpecErrors
@@ -17,6 +16,7 @@ from .limits_cpp import cpp_asserts
 from .plan import FamilyPlan
 from .spellings import (cpp_constants, dtype_bindings, host_tensors, matrix_text, torch_dtype, variant_keys,
                         wrapper_signature)
+from .test_data import oracle_spec, runner_test_data, test_dims, test_module_data
 
 # One kernel header serves both backends: k3_backend.h picks the primitives (warp width, shuffles,
 # scans, conversions) from the compiler's own macros; only the translation units differ per backend.
@@ -31,6 +31,7 @@ def make_env(root: Path) -> jinja2.Environment:
     # Spec text leaves only through k3gen.escape (one function per language) or as a grammar token.
     env.filters["c_string"] = escape.c_string
     env.filters["py"] = escape.py_literal
+    env.globals["py_assign"] = pyformat.assign  # `NAME = value`, laid out as ruff format would
     env.filters["docstring"] = escape.docstring
     env.filters["comment"] = escape.one_line
     env.filters["md"] = escape.markdown
@@ -54,9 +55,10 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
 
     put("k3kernels/csrc/k3_backend.h", _render(env, "common/k3_backend.h.j2", None))
     errors = []
+    families = {p.name: p for p in plans}
     for p in plans:
         try:
-            rendered = {**render_family(env, p), **render_doc(env, p)}
+            rendered = {**render_family(env, p, families), **render_doc(env, p)}
         except (jinja2.TemplateError, KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
             errors.append(located(p, exc, root))
             continue
@@ -98,7 +100,8 @@ def kernel_headers(p: FamilyPlan, backend: str) -> list[str]:
     return [KERNEL_HEADER.format(name=p.name), f"{p.name}_abi.h", "../k3_backend.h"]
 
 
-def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
+def render_family(env: jinja2.Environment, p: FamilyPlan, families: dict | None = None) -> dict[str, str]:
+    """One family's files; `families` (by name) gives the runner table's test the contract's family."""
     out = {}
     csrc = f"k3kernels/csrc/{p.name}"
     resolved = p.backend_routing()
@@ -123,11 +126,15 @@ def render_family(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
                 pointers=pointer_tensors(p))
     host["fast_args"] = fast_path_args(p, host["pointers"], host["call"]["names"].split(", "))
     out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, p=p, **host)
-    out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, **host)
+    out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, spec=p.spec, data=test_module_data(p))
     if p.runners:  # this family is the front of the runner table
-        out["k3kernels/runners.py"] = _render(env, "common/runners.py.j2", p, p=p, torch_dtype=torch_dtype)
-        out["tests/test_runners.py"] = _render(env, "common/test_runners.py.j2", p, p=p, torch_dtype=torch_dtype,
-                                               dense_bf16=DENSE_BF16)
+        rows = [(r.name, tuple(r.archs), r.consumes, pyformat.Name(torch_dtype(r.activation_dtype)), r.summary)
+                for r in p.runners]
+        out["k3kernels/runners.py"] = _render(env, "common/runners.py.j2", p, p=p, rows=rows)
+        imports = sorted([f"from k3kernels import {p.name} as front", "from k3kernels import runners"],
+                         key=lambda line: line.split()[3])
+        out["tests/test_runners.py"] = _render(env, "common/test_runners.py.j2", p, p=p, k3kernels_imports=imports,
+                                               data=runner_test_data(p, (families or {}).get(DENSE_BF16.family)))
     return out
 
 
@@ -144,21 +151,6 @@ def fast_path_args(p: FamilyPlan, pointers: list[str], names: list[str]) -> list
 def pointer_tensors(p: FamilyPlan) -> list[str]:
     """The tensors whose data pointers the Args struct holds, in field order."""
     return [f.name for f in p.args if f.kind in ("ptr", "mut_ptr")]
-
-
-def oracle_spec(p: FamilyPlan) -> dict:
-    """What the oracle needs of the spec besides a variant's own parameters (k3gen/oracles/vocabulary.py
-    reads the defaults)."""
-    s = p.spec
-    order = {"tie_order": s.tie_order} if isinstance(s.tie_order, (str, list)) else {}  # else per backend: ROUTING
-    return {"constants": dict(s.constants), **order,
-            "defaults": {axis: {"from": d.from_, "map": dict(d.map)} for axis, d in s.dtypes.defaults.items()}}
-
-
-def test_dims(p: FamilyPlan) -> list[dict]:
-    """The product of the spec's test sizes, in spec order."""
-    dims = p.spec.tests.dims
-    return [dict(zip(dims, sizes)) for sizes in itertools.product(*dims.values())]
 
 
 def _render(env: jinja2.Environment, template: str, plan: FamilyPlan | None, **ctx) -> str:

@@ -97,7 +97,7 @@ def _tensor_cases(s):
         for param, cases in t.by.items():
             if param not in s.params:
                 yield ("signature", "tensors", name, "by", param), (
-                    f"{ascii(param)[:60]} is not a param{_suggest(param, s.params)}; params: {', '.join(s.params) or 'none'}")
+                    f"{ascii(param)[:60]} is not a param{_suggest(param, s.params)}; " f"params: {', '.join(s.params) or 'none'}")
                 continue
             for value, case in cases.items():
                 where = ("signature", "tensors", name, "by", param, value)

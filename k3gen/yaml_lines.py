@@ -82,7 +82,7 @@ def _refuse_unbounded(loader, file: str) -> SpecError | None:
         path = _path_of(frames)
         line = event.start_mark.line + 1
 
-        def refuse(message: str) -> SpecError:
+        def refuse(message: str, line=line, path=path) -> SpecError:  # this event's line and path, bound now
             return SpecError(file, line, "", _dotted(path) if path else "<yaml>", message)
 
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import io
 import json
@@ -210,7 +211,7 @@ def run_forked(fn, *, cwd: Path, limit_s: float = 10.0, extra_memory: int = 3 <<
     bytes of address space beyond what the test process already maps (a MemoryError shows as a
     traceback). stdout is strict UTF-8 and stderr backslashreplace, as in a real interpreter.
     """
-    out_f, err_f = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    out_f, err_f = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115 - closed once read, below
     limit_as = _vm_bytes() + extra_memory
     sys.stdout.flush()
     sys.stderr.flush()
@@ -235,21 +236,17 @@ def run_forked(fn, *, cwd: Path, limit_s: float = 10.0, extra_memory: int = 3 <<
             else:
                 print(exc.code, file=sys.stderr)
                 code = 1
-        except BaseException:  # noqa: BLE001 - what an uncaught exception would do
-            try:
+        except BaseException:  # what an uncaught exception would do
+            with contextlib.suppress(BaseException):
                 traceback.print_exc()
-            except BaseException:  # noqa: BLE001
-                pass
             code = 1
         finally:
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
-                except BaseException:  # noqa: BLE001 - e.g. a lone surrogate that strict stdout refuses
-                    try:
+                except BaseException:  # e.g. a lone surrogate that strict stdout refuses
+                    with contextlib.suppress(OSError):
                         os.write(2, b"\nTraceback: the output could not be written (UnicodeEncodeError)\n")
-                    except OSError:
-                        pass
             os._exit(code if 0 <= code < 256 else 1)
     code = None
     deadline = start + limit_s
@@ -274,10 +271,8 @@ def run_forked(fn, *, cwd: Path, limit_s: float = 10.0, extra_memory: int = 3 <<
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def k3gen(sb: Sandbox, *args: str, cwd: Path | None = None, limit_s: float = 10.0) -> Run:

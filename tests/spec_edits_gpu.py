@@ -4,7 +4,7 @@ built, and reduced to what its generated tests need on a GPU machine that has to
 and nvcc only:
 
     build/spec_edits/<edit>/generated/                     the copy's k3gen build output
-    build/spec_edits/<edit>/k3gen/{__init__,dtypes}.py     the runtime's package root and dtype table
+    build/spec_edits/<edit>/k3gen/{__init__,dtypes,testing}.py   the package root, dtype table, test helpers
     build/spec_edits/<edit>/k3gen/{runtime,oracles}/
     build/spec_edits/<edit>/EDIT.json                      what the edit is, and which tests to run
     build/spec_edits/run.py                                runs them there (tests/spec_edits_gpu_run.py)
@@ -27,12 +27,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: spec_edits, support
 
-from spec_edits import EDITS, make_copy  # noqa: E402
-from support import ROOT  # noqa: E402
+from spec_edits import EDITS, make_copy
+from support import ROOT
 
 RUNNER = Path(__file__).resolve().parent / "spec_edits_gpu_run.py"
 # What a generated test imports besides torch and pytest: the runtime, the oracles and the dtype table.
-K3GEN_FILES = ["__init__.py", "dtypes.py"]
+K3GEN_FILES = ["__init__.py", "dtypes.py", "testing.py"]  # testing: what the generated tests call
 K3GEN_DIRS = ["runtime", "oracles"]
 
 

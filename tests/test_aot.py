@@ -189,7 +189,7 @@ def test_a_damaged_aot_entry_is_not_loaded(fake_cc, proj):
     fake_cc.set("K3GEN_AOT_DIR", str(proj / "aot"))
     fake_cc.set("K3GEN_NO_JIT", "1")
     module = wrapper(proj, "route_topk")
-    with pytest.raises(K3BuildError, match="corrupted: .* does not hash to its record's lib_sha256"):
+    with pytest.raises(K3BuildError, match=r"corrupted: .* does not hash to its record's lib_sha256"):
         ensure_built(module.request("sm_90a"))
     with pytest.raises(K3BuildError, match="is for route_topk sm_90a, not route_topk sm_100a"):
         ensure_built(module.request("sm_100a"))

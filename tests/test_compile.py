@@ -182,7 +182,7 @@ def test_cells_cover_every_generated_unit():
 
 @pytest.mark.parametrize("cell", CELLS, ids=_cell_id)
 def test_compiles(compiled, cell):
-    family, backend, arch = cell
+    family, _, arch = cell
     result = compiled[_cell_id(cell)]
     if result.error:
         pytest.fail(result.error, pytrace=False)
@@ -197,7 +197,7 @@ def test_compiles(compiled, cell):
         if rc != "0" or not u.output.is_file() or u.output.stat().st_size == 0:
             failures.append(f"--- {u.source.relative_to(ROOT)} (exit {rc})\n$ {shlex.join(u.command)}\n{log}")
         elif log.strip():
-            warnings.warn(CompileWarning(f"{u.source.relative_to(ROOT)} [{arch}]:\n{log}"))
+            warnings.warn(CompileWarning(f"{u.source.relative_to(ROOT)} [{arch}]:\n{log}"), stacklevel=1)
     if failures:
         pytest.fail(f"{len(failures)} of {len(result.units)} translation units of {family} failed to compile "
                     f"for {arch}:\n" + "\n".join(failures), pytrace=False)

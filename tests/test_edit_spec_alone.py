@@ -66,8 +66,9 @@ def test_add_fp16_to_an_axis(project, capsys):
     dispatch = read(project, "k3kernels/csrc/route_topk/dispatch.cu")
     assert "return route_topk__score_fp16__bias_fp32(*a, s, err, err_len);  // score=fp16, bias=fp32" in dispatch
     wrapper = read(project, "k3kernels/route_topk.py")
-    assert "(torch.float16, torch.float32): (" in wrapper and "('fp16', 'bf16')," in wrapper
-    assert "'score': 'fp16', 'bias': 'fp32'" in read(project, "tests/test_route_topk.py")
+    assert "(torch.float16, torch.float32): (" in wrapper and '("fp16", "bf16"),' in wrapper
+    tests = read(project, "tests/test_route_topk.py")
+    assert '"score_fp16__bias_fp32"' in tests and '("fp16", "fp32", False, 1)' in tests
     assert "| **fp16** | generated | generated |" in read(project, "docs/route_topk.md")
     compile_units(project, "route_topk", [*new, "dispatch.cu"])
 
@@ -82,9 +83,9 @@ def test_add_an_exclusion(project, capsys):
     assert not (project / "generated" / gone).exists()
     assert "score=bf16, bias=bf16" not in read(project, "k3kernels/csrc/route_topk/dispatch.cu")
     wrapper = read(project, "k3kernels/route_topk.py")
-    assert f"('bf16', 'bf16'): '{reason}'," in wrapper
+    assert f'("bf16", "bf16"): "{reason}",' in wrapper
     assert "(torch.bfloat16, torch.bfloat16)" not in wrapper
-    assert f"({{'score': 'bf16', 'bias': 'bf16'}}, '{reason}')" in read(project, "tests/test_route_topk.py")
+    assert f'({{"score": "bf16", "bias": "bf16"}}, "{reason}")' in read(project, "tests/test_route_topk.py")
     assert f"excluded: {reason}" in read(project, "docs/route_topk.md")
     compile_units(project, "route_topk", ["dispatch.cu"])
 
@@ -95,7 +96,7 @@ def test_drop_an_arch(project, capsys):
     edit(project, "situ_and_mul.yaml", "pdl: {archs: [sm_90a, sm_100a]}", "pdl: {archs: [sm_90a]}")
     build(project, capsys)
     wrapper = read(project, "k3kernels/situ_and_mul.py")
-    assert "'sm_100a'" not in wrapper and "'sm_90a': ['-DK3_PDL=1']" in wrapper
+    assert '"sm_100a"' not in wrapper and '"sm_90a": ["-DK3_PDL=1"]' in wrapper
     assert "| sm_100a |" not in read(project, "docs/situ_and_mul.md")
     compile_units(project, "situ_and_mul", ["situ_and_mul__in_bf16__out_bf16__has_linear_beta_on.cu"])
 
@@ -108,8 +109,8 @@ def test_add_a_runner(project, capsys, monkeypatch):
     out = build(project, capsys)
     assert "generated/k3kernels/runners.py" in out
     lookup = read(project, "k3kernels/runners.py")
-    assert "'deepgemm_fp8': Runner('deepgemm_fp8', ('sm_90a', 'sm_100a'), 'dense_bf16', torch.bfloat16," in lookup
-    assert "('deepgemm_fp8', ['sm_90a', 'sm_100a'], 'dense_bf16', torch.bfloat16)," in read(project, "tests/test_runners.py")
+    assert '("deepgemm_fp8", ("sm_90a", "sm_100a"), "dense_bf16", torch.bfloat16, "DeepGEMM fp8 grouped GEMM"),' in lookup
+    assert '("deepgemm_fp8", ["sm_90a", "sm_100a"], "dense_bf16", torch.bfloat16),' in read(project, "tests/test_runners.py")
     assert "| `deepgemm_fp8` | dense_bf16 | bf16 | sm_90a, sm_100a | DeepGEMM fp8 grouped GEMM |" in read(
         project, "docs/route_quant_fused.md")
     # The lookup answers for the new runner without any code change.

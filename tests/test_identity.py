@@ -122,7 +122,7 @@ def test_a_text_only_messages_show_changes_no_unit_and_no_key(base, edited, name
 
 
 def test_a_constant_changes_every_unit_of_the_family(base, edited):
-    changed, libs = edited(replaced(("block_threads: 256", "block_threads: 128")))
+    _, libs = edited(replaced(("block_threads: 256", "block_threads: 128")))
     for key, lib in base[2].items():
         assert libs[key].key != lib.key
         assert all(a.key != b.key for a, b in zip(libs[key].units, lib.units))

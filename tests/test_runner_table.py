@@ -169,3 +169,48 @@ def test_a_family_that_failed_to_load_is_not_called_absent(project):
     _edit(project, ACTIVATION, "summary:", "sumary:")
     errors = _errors(project)
     assert len(errors) == 1 and "(kernel \"situ_and_mul\", sumary): unknown key 'sumary'" in errors[0]
+
+
+# --- the call the dense-bf16 contract's GPU test makes (dense_bf16_check) ------------------------------
+
+SIGNATURE = "specs/situ_and_mul.yaml:30"  # tests/data/situ_and_mul.yaml's `signature:` line
+
+
+def test_the_dense_bf16_test_takes_its_call_from_the_table(project):
+    (plan,) = [p for p in resolve_all(load_specs(project), project) if p.runners]
+    assert dict(plan.dense_bf16_check.dims) == {"M": 64, "D": 3584}
+    assert dict(plan.dense_bf16_check.scalars) == {"beta": 4.0, "linear_beta": 25.0}
+
+
+def test_the_dense_bf16_check_is_needed_while_a_runner_consumes_dense_bf16(project):
+    _edit(project, TABLE, "dense_bf16_check:\n  dims: {M: 64, D: 3584}\n  scalars: {beta: 4.0, linear_beta: 25.0}\n",
+          "")
+    assert _errors(project) == [
+        f"{TABLE}:{_line(project, TABLE, 'consumes: dense_bf16')} (runners.1.consumes): runner 'marlin' consumes "
+        "dense_bf16, whose generated GPU test calls situ_and_mul: add `dense_bf16_check: {dims: {M: SIZE, D: SIZE}, "
+        f"scalars: {{...}}}}` to this file (situ_and_mul's signature: {SIGNATURE})"]
+
+
+def test_the_dense_bf16_check_names_the_dims_of_its_family(project):
+    _edit(project, TABLE, "dims: {M: 64, D: 3584}", "dims: {M: 64, N: 3584}")
+    assert _errors(project) == [
+        f"{TABLE}:{_line(project, TABLE, 'dims: {M: 64, N')} (dense_bf16_check.dims): the call of situ_and_mul needs "
+        f"a size for each of its dims (M, D; {SIGNATURE}); missing: D; not a dim of situ_and_mul: N"]
+
+
+def test_the_dense_bf16_check_names_the_scalars_of_its_family(project):
+    _edit(project, TABLE, "scalars: {beta: 4.0, linear_beta: 25.0}", "scalars: {linear_beta: 25.0, gamma: 1}")
+    at = f"{TABLE}:{_line(project, TABLE, 'gamma: 1')}"
+    assert _errors(project) == [
+        f"{at} (dense_bf16_check.scalars): the call of situ_and_mul needs beta ({SIGNATURE}); give it a value here",
+        f"{at} (dense_bf16_check.scalars.gamma): 'gamma' is not a scalar of situ_and_mul ({SIGNATURE}: beta, "
+        "linear_beta)"]
+
+
+def test_the_dense_bf16_check_is_a_call_the_gates_accept(project):
+    _edit(project, TABLE, "dims: {M: 64, D: 3584}", "dims: {M: 64, D: 129}")
+    gate = _line(project, ACTIVATION, 'check: "D % vec == 0"')
+    assert _errors(project) == [
+        f"{TABLE}:{_line(project, TABLE, 'D: 129')} (dense_bf16_check.dims): situ_and_mul refuses this call: gate 0 "
+        f"`D % vec == 0` fails for M = 64, D = 129 in (in, out) = (fp32, fp32) "
+        f"({ACTIVATION}:{gate}); pick sizes it accepts"]

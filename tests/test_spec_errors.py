@@ -256,7 +256,10 @@ def test_several_errors_in_one_spec_are_reported_together_sorted_by_line():
     text = edit("vector: {bytes: 16}", "vector: {bytes: 12}",
                 edit("in: [bf16, fp16, fp32]", "in: [bf61, fp16, fp32]", edit("summary:", "sumary:")))
     _, errors = parse_spec(text, BAD)
-    line = lambda needle: line_of(text, needle)  # noqa: E731
+
+    def line(needle: str) -> int:
+        return line_of(text, needle)
+
     assert [str(e) for e in SpecErrors(errors).errors] == [
         f"{BAD}:{line('sumary:')} {K}sumary): unknown key 'sumary' (did you mean 'summary'?); allowed here: {TOP_KEYS}",
         f"{BAD}:{line('bf61')} {K}dtypes.axes.in.0): 'bf61' is not a dtype (did you mean 'bf16'?); known: bf16, "
@@ -362,7 +365,7 @@ def test_cli_validate_prints_every_error_and_exits_2(project: Path, capsys):
         "9 spec errors:",
         *(f"  {missing(k)}" for k in ("dtypes", "oracle", "signature", "summary", "targets", "template", "tests",
                                       "vector")),
-        f"  {SPEC_FILE}:{line_of(VALID, 'vector:')} {K}vector): give exactly one of `bytes: 16` or `elements: 16`",
+        f"  {SPEC_FILE}:{line_of(VALID, 'vector:')} {K}vector): " "give exactly one of `bytes: 16` or `elements: 16`",
     ]) + "\n"
     assert "Traceback" not in err
 

@@ -27,10 +27,10 @@ eps = 1e-10
 
 # The dtype matrix (score, act): generated cells, and excluded cells with the reason.
 MATRIX = [
-    ('bf16', 'bf16'),
-    ('bf16', 'fp32'),
-    ('fp32', 'bf16'),
-    ('fp32', 'fp32'),
+    ("bf16", "bf16"),
+    ("bf16", "fp32"),
+    ("fp32", "bf16"),
+    ("fp32", "fp32"),
 ]
 EXCLUDED = {
 }
@@ -48,51 +48,51 @@ class Args(ctypes.Structure):
     """k3_route_quant_fused::Args in csrc/route_quant_fused/route_quant_fused_abi.h, field for field."""
 
     _fields_ = [
-        ('scores', ctypes.c_void_p),
-        ('scores_stride0', ctypes.c_int64),
-        ('bias', ctypes.c_void_p),
-        ('x', ctypes.c_void_p),
-        ('x_stride0', ctypes.c_int64),
-        ('out_weights', ctypes.c_void_p),
-        ('out_ids', ctypes.c_void_p),
-        ('out_q', ctypes.c_void_p),
-        ('out_scale', ctypes.c_void_p),
-        ('M', ctypes.c_int64),
-        ('topk', ctypes.c_int32),
-        ('num_expert_group', ctypes.c_int32),
-        ('topk_group', ctypes.c_int32),
-        ('renormalize', ctypes.c_int32),
-        ('routed_scaling_factor', ctypes.c_float),
+        ("scores", ctypes.c_void_p),
+        ("scores_stride0", ctypes.c_int64),
+        ("bias", ctypes.c_void_p),
+        ("x", ctypes.c_void_p),
+        ("x_stride0", ctypes.c_int64),
+        ("out_weights", ctypes.c_void_p),
+        ("out_ids", ctypes.c_void_p),
+        ("out_q", ctypes.c_void_p),
+        ("out_scale", ctypes.c_void_p),
+        ("M", ctypes.c_int64),
+        ("topk", ctypes.c_int32),
+        ("num_expert_group", ctypes.c_int32),
+        ("topk_group", ctypes.c_int32),
+        ("renormalize", ctypes.c_int32),
+        ("routed_scaling_factor", ctypes.c_float),
     ]
 
 
 MODULE = rt.FamilyModule(
     family=FAMILY,
     args=Args,
-    sources={'cuda': ['route_quant_fused__score_bf16__act_bf16.cu', 'route_quant_fused__score_bf16__act_fp32.cu', 'route_quant_fused__score_fp32__act_bf16.cu', 'route_quant_fused__score_fp32__act_fp32.cu', 'dispatch.cu'], 'hip': ['route_quant_fused__score_bf16__act_bf16.hip', 'route_quant_fused__score_bf16__act_fp32.hip', 'route_quant_fused__score_fp32__act_bf16.hip', 'route_quant_fused__score_fp32__act_fp32.hip', 'dispatch.hip']},
-    headers={'cuda': ['route_quant_fused.cuh', 'route_quant_fused_abi.h', '../k3_backend.h'], 'hip': ['route_quant_fused.cuh', 'route_quant_fused_abi.h', '../k3_backend.h']},
+    sources={"cuda": ["route_quant_fused__score_bf16__act_bf16.cu", "route_quant_fused__score_bf16__act_fp32.cu", "route_quant_fused__score_fp32__act_bf16.cu", "route_quant_fused__score_fp32__act_fp32.cu", "dispatch.cu"], "hip": ["route_quant_fused__score_bf16__act_bf16.hip", "route_quant_fused__score_bf16__act_fp32.hip", "route_quant_fused__score_fp32__act_bf16.hip", "route_quant_fused__score_fp32__act_fp32.hip", "dispatch.hip"]},
+    headers={"cuda": ["route_quant_fused.cuh", "route_quant_fused_abi.h", "../k3_backend.h"], "hip": ["route_quant_fused.cuh", "route_quant_fused_abi.h", "../k3_backend.h"]},
     arch_defines={
-        'sm_90a': ['-DK3_PDL=1'],
-        'sm_100a': ['-DK3_PDL=1'],
-        'sm_120a': ['-DK3_PDL=1'],
-        'gfx942': ['-DK3_PDL=0'],
-        'gfx950': ['-DK3_PDL=0'],
+        "sm_90a": ["-DK3_PDL=1"],
+        "sm_100a": ["-DK3_PDL=1"],
+        "sm_120a": ["-DK3_PDL=1"],
+        "gfx942": ["-DK3_PDL=0"],
+        "gfx950": ["-DK3_PDL=0"],
     },
     package_file=__file__,
 )
 # Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
 TENSORS = (
-    ('scores', 2, 'input'),
-    ('bias', 1, 'input'),
-    ('x', 2, 'input'),
-    ('out_weights', 2, 'output'),
-    ('out_ids', 2, 'output'),
-    ('out_q', 2, 'output'),
-    ('out_scale', 2, 'output'),
+    ("scores", 2, "input"),
+    ("bias", 1, "input"),
+    ("x", 2, "input"),
+    ("out_weights", 2, "output"),
+    ("out_ids", 2, "output"),
+    ("out_q", 2, "output"),
+    ("out_scale", 2, "output"),
 )
 # The calls (k3gen.runtime.fastpath): the Args fields holding a tensor, in field order, the outputs
 # among them, in return order, and the pointer alignment the gates read.
-_FAST = rt.FastPath(MODULE, ['scores', 'bias', 'x', 'out_weights', 'out_ids', 'out_q', 'out_scale'], (3, 4, 5, 6), align=16)
+_FAST = rt.FastPath(MODULE, ["scores", "bias", "x", "out_weights", "out_ids", "out_q", "out_scale"], (3, 4, 5, 6), align=16)
 supported_hardware = MODULE.supported_hardware
 build = MODULE.build
 available = MODULE.available
@@ -109,32 +109,32 @@ def _resolve(scores, bias, x, topk, num_expert_group=1, topk_group=1, renormaliz
     dtype_act = x.dtype
     variant = VARIANTS.get((dtype_score, dtype_act,))
     if variant is None:
-        raise rt.uncovered(FAMILY, ['score', 'act'], [dtype_score, dtype_act], MATRIX, EXCLUDED)
+        raise rt.uncovered(FAMILY, ["score", "act"], [dtype_score, dtype_act], MATRIX, EXCLUDED)
     key, vec = variant
-    scores_spec = (dtype_score, (M, 896), 'rows', 'M, num_experts')
-    rt.check_input(FAMILY, 'scores', scores, *scores_spec)
-    bias_spec = (torch.float32, (896,), 'dense', 'num_experts')
-    rt.check_input(FAMILY, 'bias', bias, *bias_spec)
-    x_spec = (dtype_act, (M, 3584), 'rows', 'M, hidden')
-    rt.check_input(FAMILY, 'x', x, *x_spec)
-    out_weights_spec = (torch.float32, (M, 16), 'dense', 'M, top_k')
-    out_weights = rt.prepare_output(FAMILY, 'out_weights', out_weights, *out_weights_spec, device)
-    out_ids_spec = (torch.int32, (M, 16), 'dense', 'M, top_k')
-    out_ids = rt.prepare_output(FAMILY, 'out_ids', out_ids, *out_ids_spec, device)
-    out_q_spec = (torch.float8_e4m3fn, (M, 3584), 'dense', 'M, hidden')
-    out_q = rt.prepare_output(FAMILY, 'out_q', out_q, *out_q_spec, device)
-    out_scale_spec = (torch.int32, (M, (((3584 // 32) + 3) // 4)), 'dense', 'M, (hidden // group_size + 3) // 4')
-    out_scale = rt.prepare_output(FAMILY, 'out_scale', out_scale, *out_scale_spec, device)
+    scores_spec = (dtype_score, (M, 896), "rows", "M, num_experts")
+    rt.check_input(FAMILY, "scores", scores, *scores_spec)
+    bias_spec = (torch.float32, (896,), "dense", "num_experts")
+    rt.check_input(FAMILY, "bias", bias, *bias_spec)
+    x_spec = (dtype_act, (M, 3584), "rows", "M, hidden")
+    rt.check_input(FAMILY, "x", x, *x_spec)
+    out_weights_spec = (torch.float32, (M, 16), "dense", "M, top_k")
+    out_weights = rt.prepare_output(FAMILY, "out_weights", out_weights, *out_weights_spec, device)
+    out_ids_spec = (torch.int32, (M, 16), "dense", "M, top_k")
+    out_ids = rt.prepare_output(FAMILY, "out_ids", out_ids, *out_ids_spec, device)
+    out_q_spec = (torch.float8_e4m3fn, (M, 3584), "dense", "M, hidden")
+    out_q = rt.prepare_output(FAMILY, "out_q", out_q, *out_q_spec, device)
+    out_scale_spec = (torch.int32, (M, (((3584 // 32) + 3) // 4)), "dense", "M, (hidden // group_size + 3) // 4")
+    out_scale = rt.prepare_output(FAMILY, "out_scale", out_scale, *out_scale_spec, device)
     if fake:
         return None, None, (out_weights, out_ids, out_q, out_scale,)
     if not (topk == 16):
-        raise rt.gate_failed(FAMILY, 'topk == top_k', 'K is compiled in (constants.top_k); another K is another spec instance', {'topk': topk})
+        raise rt.gate_failed(FAMILY, "topk == top_k", "K is compiled in (constants.top_k); another K is another spec instance", {"topk": topk})
     if not (M <= 1024):
-        raise rt.gate_failed(FAMILY, 'M <= max_tokens', "one routing block per token: larger batches are the prefill path's job", {'M': M})
+        raise rt.gate_failed(FAMILY, "M <= max_tokens", "one routing block per token: larger batches are the prefill path's job", {"M": M})
     if not ((num_expert_group == 1) and (topk_group == 1)):
-        raise rt.gate_failed(FAMILY, 'num_expert_group == 1 and topk_group == 1', 'no expert grouping: every expert competes for every slot', {'num_expert_group': num_expert_group, 'topk_group': topk_group})
+        raise rt.gate_failed(FAMILY, "num_expert_group == 1 and topk_group == 1", "no expert grouping: every expert competes for every slot", {"num_expert_group": num_expert_group, "topk_group": topk_group})
     if not (((x.stride(0) % vec) == 0) and ((x.data_ptr() % 16) == 0) and ((out_q.data_ptr() % 16) == 0)):
-        raise rt.gate_failed(FAMILY, 'x.stride0 % vec == 0 and x.ptr % 16 == 0 and out_q.ptr % 16 == 0', 'the quant blocks load and store 16-byte vectors: rows must start 16-element aligned', {'x.stride(0)': x.stride(0), 'vec': vec, 'x.data_ptr()': x.data_ptr(), 'out_q.data_ptr()': out_q.data_ptr()})
+        raise rt.gate_failed(FAMILY, "x.stride0 % vec == 0 and x.ptr % 16 == 0 and out_q.ptr % 16 == 0", "the quant blocks load and store 16-byte vectors: rows must start 16-element aligned", {"x.stride(0)": x.stride(0), "vec": vec, "x.data_ptr()": x.data_ptr(), "out_q.data_ptr()": out_q.data_ptr()})
     args = Args(
         scores=rt.data_ptr(scores),
         scores_stride0=scores.stride(0),

@@ -23,12 +23,12 @@ block_threads = 256
 
 # The dtype matrix (score, bias): generated cells, and excluded cells with the reason.
 MATRIX = [
-    ('bf16', 'fp32'),
-    ('bf16', 'bf16'),
-    ('fp32', 'fp32'),
+    ("bf16", "fp32"),
+    ("bf16", "bf16"),
+    ("fp32", "fp32"),
 ]
 EXCLUDED = {
-    ('fp32', 'bf16'): 'the bias is fp32 or the score dtype; a bf16 bias beside fp32 scores loses its precision',
+    ("fp32", "bf16"): "the bias is fp32 or the score dtype; a bf16 bias beside fp32 scores loses its precision",
 }
 
 # (score, bias) -> (switch key, elements per vector access)
@@ -43,42 +43,42 @@ class Args(ctypes.Structure):
     """k3_route_topk_aiter::Args in csrc/route_topk_aiter/route_topk_aiter_abi.h, field for field."""
 
     _fields_ = [
-        ('scores', ctypes.c_void_p),
-        ('scores_stride0', ctypes.c_int64),
-        ('bias', ctypes.c_void_p),
-        ('out_weights', ctypes.c_void_p),
-        ('out_ids', ctypes.c_void_p),
-        ('M', ctypes.c_int64),
-        ('topk', ctypes.c_int32),
-        ('num_expert_group', ctypes.c_int32),
-        ('topk_group', ctypes.c_int32),
-        ('renormalize', ctypes.c_int32),
-        ('routed_scaling_factor', ctypes.c_float),
+        ("scores", ctypes.c_void_p),
+        ("scores_stride0", ctypes.c_int64),
+        ("bias", ctypes.c_void_p),
+        ("out_weights", ctypes.c_void_p),
+        ("out_ids", ctypes.c_void_p),
+        ("M", ctypes.c_int64),
+        ("topk", ctypes.c_int32),
+        ("num_expert_group", ctypes.c_int32),
+        ("topk_group", ctypes.c_int32),
+        ("renormalize", ctypes.c_int32),
+        ("routed_scaling_factor", ctypes.c_float),
     ]
 
 
 MODULE = rt.FamilyModule(
     family=FAMILY,
     args=Args,
-    sources={'cuda': ['route_topk_aiter__score_bf16__bias_fp32.cu', 'route_topk_aiter__score_bf16__bias_bf16.cu', 'route_topk_aiter__score_fp32__bias_fp32.cu', 'dispatch.cu'], 'hip': ['route_topk_aiter__score_bf16__bias_fp32.hip', 'route_topk_aiter__score_bf16__bias_bf16.hip', 'route_topk_aiter__score_fp32__bias_fp32.hip', 'dispatch.hip']},
-    headers={'cuda': ['route_topk_aiter.cuh', 'route_topk_aiter_abi.h', '../k3_backend.h'], 'hip': ['route_topk_aiter.cuh', 'route_topk_aiter_abi.h', '../k3_backend.h']},
+    sources={"cuda": ["route_topk_aiter__score_bf16__bias_fp32.cu", "route_topk_aiter__score_bf16__bias_bf16.cu", "route_topk_aiter__score_fp32__bias_fp32.cu", "dispatch.cu"], "hip": ["route_topk_aiter__score_bf16__bias_fp32.hip", "route_topk_aiter__score_bf16__bias_bf16.hip", "route_topk_aiter__score_fp32__bias_fp32.hip", "dispatch.hip"]},
+    headers={"cuda": ["route_topk_aiter.cuh", "route_topk_aiter_abi.h", "../k3_backend.h"], "hip": ["route_topk_aiter.cuh", "route_topk_aiter_abi.h", "../k3_backend.h"]},
     arch_defines={
-        'sm_90a': ['-DK3_PDL=1'],
-        'sm_100a': ['-DK3_PDL=1'],
-        'gfx942': ['-DK3_PDL=0'],
+        "sm_90a": ["-DK3_PDL=1"],
+        "sm_100a": ["-DK3_PDL=1"],
+        "gfx942": ["-DK3_PDL=0"],
     },
     package_file=__file__,
 )
 # Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
 TENSORS = (
-    ('scores', 2, 'input'),
-    ('bias', 1, 'input'),
-    ('out_weights', 2, 'output'),
-    ('out_ids', 2, 'output'),
+    ("scores", 2, "input"),
+    ("bias", 1, "input"),
+    ("out_weights", 2, "output"),
+    ("out_ids", 2, "output"),
 )
 # The calls (k3gen.runtime.fastpath): the Args fields holding a tensor, in field order, the outputs
 # among them, in return order, and the pointer alignment the gates read.
-_FAST = rt.FastPath(MODULE, ['scores', 'bias', 'out_weights', 'out_ids'], (2, 3), align=1)
+_FAST = rt.FastPath(MODULE, ["scores", "bias", "out_weights", "out_ids"], (2, 3), align=1)
 supported_hardware = MODULE.supported_hardware
 build = MODULE.build
 available = MODULE.available
@@ -95,24 +95,24 @@ def _resolve(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1
     dtype_bias = bias.dtype
     variant = VARIANTS.get((dtype_score, dtype_bias,))
     if variant is None:
-        raise rt.uncovered(FAMILY, ['score', 'bias'], [dtype_score, dtype_bias], MATRIX, EXCLUDED)
+        raise rt.uncovered(FAMILY, ["score", "bias"], [dtype_score, dtype_bias], MATRIX, EXCLUDED)
     key, vec = variant
-    scores_spec = (dtype_score, (M, 896), 'rows', 'M, num_experts')
-    rt.check_input(FAMILY, 'scores', scores, *scores_spec)
-    bias_spec = (dtype_bias, (896,), 'dense', 'num_experts')
-    rt.check_input(FAMILY, 'bias', bias, *bias_spec)
-    out_weights_spec = (torch.float32, (M, 16), 'dense', 'M, top_k')
-    out_weights = rt.prepare_output(FAMILY, 'out_weights', out_weights, *out_weights_spec, device)
-    out_ids_spec = (torch.int32, (M, 16), 'dense', 'M, top_k')
-    out_ids = rt.prepare_output(FAMILY, 'out_ids', out_ids, *out_ids_spec, device)
+    scores_spec = (dtype_score, (M, 896), "rows", "M, num_experts")
+    rt.check_input(FAMILY, "scores", scores, *scores_spec)
+    bias_spec = (dtype_bias, (896,), "dense", "num_experts")
+    rt.check_input(FAMILY, "bias", bias, *bias_spec)
+    out_weights_spec = (torch.float32, (M, 16), "dense", "M, top_k")
+    out_weights = rt.prepare_output(FAMILY, "out_weights", out_weights, *out_weights_spec, device)
+    out_ids_spec = (torch.int32, (M, 16), "dense", "M, top_k")
+    out_ids = rt.prepare_output(FAMILY, "out_ids", out_ids, *out_ids_spec, device)
     if fake:
         return None, None, (out_weights, out_ids,)
     if not (topk == 16):
-        raise rt.gate_failed(FAMILY, 'topk == top_k', 'K is compiled in (constants.top_k); another K is another spec instance', {'topk': topk})
+        raise rt.gate_failed(FAMILY, "topk == top_k", "K is compiled in (constants.top_k); another K is another spec instance", {"topk": topk})
     if not (M <= 1024):
-        raise rt.gate_failed(FAMILY, 'M <= max_tokens', "one block per token: larger batches are the prefill path's job", {'M': M})
+        raise rt.gate_failed(FAMILY, "M <= max_tokens", "one block per token: larger batches are the prefill path's job", {"M": M})
     if not ((num_expert_group == 1) and (topk_group == 1)):
-        raise rt.gate_failed(FAMILY, 'num_expert_group == 1 and topk_group == 1', 'no expert grouping: every expert competes for every slot', {'num_expert_group': num_expert_group, 'topk_group': topk_group})
+        raise rt.gate_failed(FAMILY, "num_expert_group == 1 and topk_group == 1", "no expert grouping: every expert competes for every slot", {"num_expert_group": num_expert_group, "topk_group": topk_group})
     args = Args(
         scores=rt.data_ptr(scores),
         scores_stride0=scores.stride(0),

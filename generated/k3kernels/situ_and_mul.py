@@ -20,17 +20,17 @@ block_threads = 256
 
 # The dtype matrix (in, out): generated cells, and excluded cells with the reason.
 MATRIX = [
-    ('bf16', 'bf16'),
-    ('fp16', 'fp16'),
-    ('fp32', 'bf16'),
-    ('fp32', 'fp32'),
+    ("bf16", "bf16"),
+    ("fp16", "fp16"),
+    ("fp32", "bf16"),
+    ("fp32", "fp32"),
 ]
 EXCLUDED = {
-    ('bf16', 'fp16'): 'no consumer mixes half formats; cast the bf16 output instead',
-    ('bf16', 'fp32'): 'a widening output doubles write traffic; no consumer asks for it',
-    ('fp16', 'bf16'): 'no consumer mixes half formats; cast the fp16 output instead',
-    ('fp16', 'fp32'): 'a widening output doubles write traffic; no consumer asks for it',
-    ('fp32', 'fp16'): 'fp32 GEMM outputs feed bf16 runners; fp16 is not a runner dtype',
+    ("bf16", "fp16"): "no consumer mixes half formats; cast the bf16 output instead",
+    ("bf16", "fp32"): "a widening output doubles write traffic; no consumer asks for it",
+    ("fp16", "bf16"): "no consumer mixes half formats; cast the fp16 output instead",
+    ("fp16", "fp32"): "a widening output doubles write traffic; no consumer asks for it",
+    ("fp32", "fp16"): "fp32 GEMM outputs feed bf16 runners; fp16 is not a runner dtype",
 }
 # Default `out` dtype, derived from the `in` dtype.
 DEFAULT_OUT = {
@@ -56,37 +56,37 @@ class Args(ctypes.Structure):
     """k3_situ_and_mul::Args in csrc/situ_and_mul/situ_and_mul_abi.h, field for field."""
 
     _fields_ = [
-        ('x', ctypes.c_void_p),
-        ('x_stride0', ctypes.c_int64),
-        ('out', ctypes.c_void_p),
-        ('M', ctypes.c_int64),
-        ('D', ctypes.c_int64),
-        ('beta', ctypes.c_float),
-        ('linear_beta', ctypes.c_float),
+        ("x", ctypes.c_void_p),
+        ("x_stride0", ctypes.c_int64),
+        ("out", ctypes.c_void_p),
+        ("M", ctypes.c_int64),
+        ("D", ctypes.c_int64),
+        ("beta", ctypes.c_float),
+        ("linear_beta", ctypes.c_float),
     ]
 
 
 MODULE = rt.FamilyModule(
     family=FAMILY,
     args=Args,
-    sources={'cuda': ['situ_and_mul__in_bf16__out_bf16__has_linear_beta_off.cu', 'situ_and_mul__in_bf16__out_bf16__has_linear_beta_on.cu', 'situ_and_mul__in_fp16__out_fp16__has_linear_beta_off.cu', 'situ_and_mul__in_fp16__out_fp16__has_linear_beta_on.cu', 'situ_and_mul__in_fp32__out_bf16__has_linear_beta_off.cu', 'situ_and_mul__in_fp32__out_bf16__has_linear_beta_on.cu', 'situ_and_mul__in_fp32__out_fp32__has_linear_beta_off.cu', 'situ_and_mul__in_fp32__out_fp32__has_linear_beta_on.cu', 'dispatch.cu'], 'hip': ['situ_and_mul__in_bf16__out_bf16__has_linear_beta_off.hip', 'situ_and_mul__in_bf16__out_bf16__has_linear_beta_on.hip', 'situ_and_mul__in_fp16__out_fp16__has_linear_beta_off.hip', 'situ_and_mul__in_fp16__out_fp16__has_linear_beta_on.hip', 'situ_and_mul__in_fp32__out_bf16__has_linear_beta_off.hip', 'situ_and_mul__in_fp32__out_bf16__has_linear_beta_on.hip', 'situ_and_mul__in_fp32__out_fp32__has_linear_beta_off.hip', 'situ_and_mul__in_fp32__out_fp32__has_linear_beta_on.hip', 'dispatch.hip']},
-    headers={'cuda': ['situ_and_mul.cuh', 'situ_and_mul_abi.h', '../k3_backend.h'], 'hip': ['situ_and_mul.cuh', 'situ_and_mul_abi.h', '../k3_backend.h']},
+    sources={"cuda": ["situ_and_mul__in_bf16__out_bf16__has_linear_beta_off.cu", "situ_and_mul__in_bf16__out_bf16__has_linear_beta_on.cu", "situ_and_mul__in_fp16__out_fp16__has_linear_beta_off.cu", "situ_and_mul__in_fp16__out_fp16__has_linear_beta_on.cu", "situ_and_mul__in_fp32__out_bf16__has_linear_beta_off.cu", "situ_and_mul__in_fp32__out_bf16__has_linear_beta_on.cu", "situ_and_mul__in_fp32__out_fp32__has_linear_beta_off.cu", "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on.cu", "dispatch.cu"], "hip": ["situ_and_mul__in_bf16__out_bf16__has_linear_beta_off.hip", "situ_and_mul__in_bf16__out_bf16__has_linear_beta_on.hip", "situ_and_mul__in_fp16__out_fp16__has_linear_beta_off.hip", "situ_and_mul__in_fp16__out_fp16__has_linear_beta_on.hip", "situ_and_mul__in_fp32__out_bf16__has_linear_beta_off.hip", "situ_and_mul__in_fp32__out_bf16__has_linear_beta_on.hip", "situ_and_mul__in_fp32__out_fp32__has_linear_beta_off.hip", "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on.hip", "dispatch.hip"]},
+    headers={"cuda": ["situ_and_mul.cuh", "situ_and_mul_abi.h", "../k3_backend.h"], "hip": ["situ_and_mul.cuh", "situ_and_mul_abi.h", "../k3_backend.h"]},
     arch_defines={
-        'sm_90a': ['-DK3_PDL=1'],
-        'sm_100a': ['-DK3_PDL=1'],
-        'gfx942': ['-DK3_PDL=0'],
-        'gfx950': ['-DK3_PDL=0'],
+        "sm_90a": ["-DK3_PDL=1"],
+        "sm_100a": ["-DK3_PDL=1"],
+        "gfx942": ["-DK3_PDL=0"],
+        "gfx950": ["-DK3_PDL=0"],
     },
     package_file=__file__,
 )
 # Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
 TENSORS = (
-    ('x', 2, 'input'),
-    ('out', 2, 'output'),
+    ("x", 2, "input"),
+    ("out", 2, "output"),
 )
 # The calls (k3gen.runtime.fastpath): the Args fields holding a tensor, in field order, the outputs
 # among them, in return order, and the pointer alignment the gates read.
-_FAST = rt.FastPath(MODULE, ['x', 'out'], (1,), align=16)
+_FAST = rt.FastPath(MODULE, ["x", "out"], (1,), align=16)
 supported_hardware = MODULE.supported_hardware
 build = MODULE.build
 available = MODULE.available
@@ -105,20 +105,20 @@ def _resolve(x, beta, linear_beta=None, out=None, *, out_dtype=None, fake=False)
     dtype_out = out.dtype if out is not None else out_dtype or DEFAULT_OUT.get(dtype_in)
     variant = VARIANTS.get((dtype_in, dtype_out, has_linear_beta,))
     if variant is None:
-        raise rt.uncovered(FAMILY, ['in', 'out'], [dtype_in, dtype_out], MATRIX, EXCLUDED)
+        raise rt.uncovered(FAMILY, ["in", "out"], [dtype_in, dtype_out], MATRIX, EXCLUDED)
     key, vec = variant
-    x_spec = (dtype_in, (M, (2 * D)), 'rows', 'M, 2 * D')
-    rt.check_input(FAMILY, 'x', x, *x_spec)
-    out_spec = (dtype_out, (M, D), 'dense', 'M, D')
-    out = rt.prepare_output(FAMILY, 'out', out, *out_spec, device)
+    x_spec = (dtype_in, (M, (2 * D)), "rows", "M, 2 * D")
+    rt.check_input(FAMILY, "x", x, *x_spec)
+    out_spec = (dtype_out, (M, D), "dense", "M, D")
+    out = rt.prepare_output(FAMILY, "out", out, *out_spec, device)
     if fake:
         return None, None, (out,)
     if not ((D % vec) == 0):
-        raise rt.gate_failed(FAMILY, 'D % vec == 0', 'each thread moves vec consecutive elements (16 or 32 bytes of the widest dtype), so D must be a multiple of vec', {'D': D, 'vec': vec})
+        raise rt.gate_failed(FAMILY, "D % vec == 0", "each thread moves vec consecutive elements (16 or 32 bytes of the widest dtype), so D must be a multiple of vec", {"D": D, "vec": vec})
     if not ((x.stride(0) % vec) == 0):
-        raise rt.gate_failed(FAMILY, 'x.stride0 % vec == 0', '16-byte accesses need every row to start on a vec-element boundary', {'x.stride(0)': x.stride(0), 'vec': vec})
+        raise rt.gate_failed(FAMILY, "x.stride0 % vec == 0", "16-byte accesses need every row to start on a vec-element boundary", {"x.stride(0)": x.stride(0), "vec": vec})
     if not (((x.data_ptr() % 16) == 0) and ((out.data_ptr() % 16) == 0)):
-        raise rt.gate_failed(FAMILY, 'x.ptr % 16 == 0 and out.ptr % 16 == 0', 'vector loads and stores need 16-byte aligned data pointers', {'x.data_ptr()': x.data_ptr(), 'out.data_ptr()': out.data_ptr()})
+        raise rt.gate_failed(FAMILY, "x.ptr % 16 == 0 and out.ptr % 16 == 0", "vector loads and stores need 16-byte aligned data pointers", {"x.data_ptr()": x.data_ptr(), "out.data_ptr()": out.data_ptr()})
     args = Args(
         x=rt.data_ptr(x),
         x_stride0=x.stride(0),

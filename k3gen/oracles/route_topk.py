@@ -144,7 +144,7 @@ def case_all_equal(op, variant):
     args = _args(variant, 4, 1)
     args["scores"].fill_(0.5)
     args["bias"].fill_(0.0)
-    w, ids = _run(op, variant, args)
+    _, ids = _run(op, variant, args)
     expected = tie_winners(variant, variant["constants"]["top_k"])
     assert ids[0].tolist() == expected, f"tie order: got {ids[0].tolist()}, the oracle says {expected}"
 
@@ -162,7 +162,7 @@ def case_ties_at_k(op, variant):
 def case_tie_straddles_k(op, variant):
     """Per row, 3 experts clear winners and 40 others, drawn from every lane and bank, tied for the
     last K - 3 places: the tie order picks which of the 40 win, and in what order."""
-    m, e, k = 8, variant["constants"]["num_experts"], variant["constants"]["top_k"]
+    m, e = 8, variant["constants"]["num_experts"]
     args = _args(variant, m, 17)
     gen = torch.Generator(device="cpu").manual_seed(17)
     low = -4.0 - torch.rand(m, e, generator=gen)  # below every tied score whatever the bias
@@ -182,7 +182,7 @@ def case_tie_straddles_k(op, variant):
 def case_sigmoid_formula(op, variant):
     """The weights are the sigmoids themselves (no bias, no renormalization, scale 1) of 1024 values
     spread over [-16, 16): the spec's formula, to the oracle's tolerance, across its range."""
-    m, e, k = 64, variant["constants"]["num_experts"], variant["constants"]["top_k"]
+    m, k = 64, variant["constants"]["top_k"]
     args = _args(variant, m, 18)
     probes = torch.linspace(-16, 16, m * k + 1)[:-1].reshape(m, k)
     args["scores"].fill_(float("nan"))  # NaN ranks below every number: the k probes win
