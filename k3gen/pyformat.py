@@ -57,10 +57,10 @@ def width(text: str) -> int:
     return sum(0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
-def assign(name: str, value) -> str:
-    """`name = value` laid out, ending in a newline. A comment goes on the line above: ruff counts a
-    trailing one in the width, which this layout does not."""
-    return "\n".join(_lines(value, 0, f"{name} = ", "")) + "\n"
+def assign(name: str, value, depth: int = 0) -> str:
+    """`name = value` laid out (indented `depth` levels), ending in a newline. A comment goes on the
+    line above: ruff counts a trailing one in the width, which this layout does not."""
+    return "\n".join(_lines(value, depth, f"{name} = ", "")) + "\n"
 
 
 def _lines(value, depth: int, head: str, tail: str) -> list[str]:
@@ -78,3 +78,16 @@ def _lines(value, depth: int, head: str, tail: str) -> list[str]:
             items = [line for v in value for line in _lines(v, depth + 1, "", ",")]
         return [f"{pad}{head}{opening}", *items, f"{pad}{closing}{tail}"]
     return [one + "  # noqa: E501"]  # a string or number no layout can shorten
+
+
+def call(head: str, args: list[str], tail: str = "", depth: int = 0, close: str = ")") -> str:
+    """Code `head(args)tail` (args spelled already; `head` ends in the opening bracket) laid out as
+    ruff format lays out a call or a def: flat when it fits; else the arguments on one line of their
+    own; else one a line, each with a trailing comma. No trailing newline."""
+    pad, inner = INDENT * depth, INDENT * (depth + 1)
+    one = f"{pad}{head}{', '.join(args)}{close}{tail}"
+    if width(one) <= LINE_LENGTH or not args:
+        return one
+    if width(inner + ", ".join(args)) <= LINE_LENGTH:
+        return f"{pad}{head}\n{inner}{', '.join(args)}\n{pad}{close}{tail}"
+    return "\n".join([f"{pad}{head}", *(f"{inner}{a}," for a in args), f"{pad}{close}{tail}"])

@@ -4,6 +4,8 @@ One function per output kind; templates get the plan (C++ spellings and keys alr
 """
 from __future__ import annotations
 
+import re
+import textwrap
 from pathlib import Path
 
 import jinja2
@@ -12,6 +14,7 @@ from . import docs, escape, pyformat, routing
 from .bounds import KEY_BITS
 from .contracts import DENSE_BF16
 from .errors import SpecError, SpecErrors
+from .host_data import host_module_data
 from .limits_cpp import cpp_asserts
 from .plan import FamilyPlan
 from .spellings import (cpp_constants, dtype_bindings, host_tensors, matrix_text, torch_dtype, variant_keys,
@@ -32,6 +35,12 @@ def make_env(root: Path) -> jinja2.Environment:
     env.filters["c_string"] = escape.c_string
     env.filters["py"] = escape.py_literal
     env.globals["py_assign"] = pyformat.assign  # `NAME = value`, laid out as ruff format would
+    env.globals["py_call"] = pyformat.call  # `f(args)`, laid out as ruff format would
+    env.globals["tensor_spec"] = lambda dtype, shape, layout, spelled: (
+        pyformat.Name(dtype), pyformat.Name(shape), layout, spelled)
+    env.globals["gate_values"] = lambda g: {n: pyformat.Name(n) for n in g.names}
+    env.filters["wrap_lines"] = _wrap_lines
+    env.filters["bare"] = _bare
     env.filters["docstring"] = escape.docstring
     env.filters["comment"] = escape.one_line
     env.filters["md"] = escape.markdown
@@ -124,7 +133,10 @@ def render_family(env: jinja2.Environment, p: FamilyPlan, families: dict | None 
                 tensors=host_tensors(p), dtype_bindings=dtype_bindings(p),
                 outputs=[n for n, t in p.spec.signature.tensors.items() if t.output],
                 pointers=pointer_tensors(p))
-    host["fast_args"] = fast_path_args(p, host["pointers"], host["call"]["names"].split(", "))
+    host["fast_args"] = fast_path_args(p, host["pointers"], host["call"]["lists"]["names"])
+    host["data"] = host_module_data(p, host["sources"], host["headers"], host["pointers"], host["outputs"])
+    host["code"] = host_code(p, host)
+    host["fast_call"] = tuple(pyformat.Name(n) for n in host["fast_args"])
     out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, p=p, **host)
     out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, spec=p.spec, data=test_module_data(p))
     if p.runners:  # this family is the front of the runner table
@@ -141,6 +153,53 @@ def render_family(env: jinja2.Environment, p: FamilyPlan, families: dict | None 
 def render_doc(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     """generated/docs/<family>.md; k3gen.docs computes its tables (the index: render_all)."""
     return {f"docs/{p.name}.md": _render(env, "common/doc.md.j2", p, p=p, spec=p.spec, doc=docs.family_doc(p))}
+
+
+def _tuple(names: list[str]) -> str:
+    return f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
+
+
+def host_code(p: FamilyPlan, host: dict) -> dict:
+    """The host wrapper's argument lists and small tuples, spelled (pyformat.call lays them out)."""
+    lists = host["call"]["lists"]
+    axes = host["data"]["AXES"]
+    return {
+        "params": lists["params"],
+        "names": lists["names"],
+        "resolve_params": [*lists["params"], "*", *(f"{n}=None" for n in host["call"]["dtype_args"]), "fake=False"],
+        "op_params": lists["op_params"],
+        "resolve_from_op": lists["resolve_from_op"],
+        "op_from_call": lists["op_from_call"],
+        "tensor_tuple": _tuple([t["name"] for t in host["tensors"]]),
+        "variant_tuple": _tuple([f"dtype_{k}" if k in axes else k for k in p.key_parts]),
+        "dtype_list": "[" + ", ".join(f"dtype_{a}" for a in axes) + "]",
+        "outputs_tuple": _tuple(host["outputs"]),
+        "given": tuple(pyformat.Name(o) for o in host["outputs"]),
+        # vec is read by a gate or a shape, or unpacked as `_`
+        "uses_vec": any("vec" in g.names for g, _ in p.gates)
+        or any(re.search(r"\bvec\b", c[2]) for t in host["tensors"] for c in t["cases"]),
+    }
+
+
+def _wrap_lines(text: str, depth: int) -> str:
+    """Docstring text (escaped already) broken at spaces to fit 120 columns at `depth` indents (E501);
+    the first line also holds the opening quotes."""
+    pad = pyformat.INDENT * depth
+    lines = textwrap.wrap(text, width=pyformat.LINE_LENGTH - len(pad) - 3, break_long_words=False,
+                          break_on_hyphens=False)
+    return ("\n" + pad).join(lines)
+
+
+def _bare(expr: str) -> str:
+    """`expr` without parentheses that enclose all of it (ruff format drops them on an assignment)."""
+    while expr.startswith("(") and expr.endswith(")"):
+        depth = 0
+        for i, c in enumerate(expr):
+            depth += {"(": 1, ")": -1}.get(c, 0)
+            if depth == 0 and i < len(expr) - 1:
+                return expr
+        expr = expr[1:-1]
+    return expr
 
 
 def fast_path_args(p: FamilyPlan, pointers: list[str], names: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .dtypes import DTYPES
+from .escape import py_literal
 from .exprs import parse_expr
 from .scopes import shape_scope
 
@@ -141,7 +142,7 @@ def host_tensors(p: FamilyPlan) -> list[dict]:
         for param, by_value in t.by.items():
             for value, case in by_value.items():
                 spec = (case.dtype or t.dtype, case.shape or t.shape, case.layout or t.layout)
-                cases.append((f"{param} == {value!r}", *_tensor_case(p, *spec)))
+                cases.append((f"{param} == {py_literal(value)}", *_tensor_case(p, *spec)))
         cases.append((None, *_tensor_case(p, *base)))
         out.append({"name": name, "rank": len(t.shape), "optional": t.optional, "output": t.output,
                     "device": "" if i == 0 else ", device=device", "cases": cases})
@@ -159,15 +160,15 @@ def wrapper_signature(p: FamilyPlan) -> dict[str, str]:
     """The wrapper's parameter list and the names to forward: inputs, scalars, params, flags, outputs."""
     s, sig = p.spec, p.spec.signature
     params = [n + ("=None" if t.optional else "") for n, t in sig.tensors.items() if not t.output]
-    params += [n + (f"={sc.default!r}" if sc.optional else "") for n, sc in sig.scalars.items()]
-    params += [f"{n}={prm.default!r}" for n, prm in s.params.items()]
-    params += [f"{n}={f.default!r}" for n, f in s.flags.items() if f.kwarg]
+    params += [n + (f"={py_literal(sc.default)}" if sc.optional else "") for n, sc in sig.scalars.items()]
+    params += [f"{n}={py_literal(prm.default)}" for n, prm in s.params.items()]
+    params += [f"{n}={py_literal(f.default)}" for n, f in s.flags.items() if f.kwarg]
     params += [f"{n}=None" for n, t in sig.tensors.items() if t.output]
     names = [x.split("=")[0] for x in params]
     # The torch custom op: functional (outputs are returned, never passed), every argument typed.
-    typed = [(n, "Optional[torch.Tensor]" if t.optional else "torch.Tensor")
+    typed = [(n, "torch.Tensor | None" if t.optional else "torch.Tensor")
              for n, t in sig.tensors.items() if not t.output]
-    typed += [(n, f"Optional[{PY_SCALAR[sc.type]}]" if sc.optional else PY_SCALAR[sc.type])
+    typed += [(n, f"{PY_SCALAR[sc.type]} | None" if sc.optional else PY_SCALAR[sc.type])
               for n, sc in sig.scalars.items()]
     typed += [(n, "str" if any(isinstance(v, str) for v in prm.values) else "int") for n, prm in s.params.items()]
     typed += [(n, "bool") for n, f in s.flags.items() if f.kwarg]
@@ -175,7 +176,7 @@ def wrapper_signature(p: FamilyPlan) -> dict[str, str]:
     # which returns its outputs instead of taking them.
     bindings = dtype_bindings(p)
     dtype_args = [f"{axis}_dtype" for axis, _, derived in bindings if derived]
-    typed += [(n, "Optional[torch.dtype]") for n in dtype_args]
+    typed += [(n, "torch.dtype | None") for n in dtype_args]
     outputs = [n for n, t in sig.tensors.items() if t.output]
     returns = "torch.Tensor" if len(outputs) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(outputs))}]"
     defaults = {n: sc.default for n, sc in sig.scalars.items() if sc.optional}
@@ -183,7 +184,12 @@ def wrapper_signature(p: FamilyPlan) -> dict[str, str]:
     defaults |= {n: f.default for n, f in s.flags.items() if f.kwarg}
     defaults |= {n: None for n, t in sig.tensors.items() if t.optional and not t.output}
     defaults |= {n: None for n in dtype_args}
+    resolve_from_op = [*(n for n, _ in typed if n not in dtype_args), *(f"{n}={n}" for n in dtype_args)]
+    op_from_call = [*(n for n, _ in typed if n not in dtype_args),
+                    *(f"{b[1]}.dtype if {b[1]} is not None else None" for b in bindings if b[2])]
     return {"params": ", ".join(params), "names": ", ".join(names), "op_defaults": defaults,
+            "lists": {"params": params, "names": names, "op_params": [f"{n}: {t}" for n, t in typed],
+                      "resolve_from_op": resolve_from_op, "op_from_call": op_from_call},
             "inputs": [n for n, t in sig.tensors.items() if not t.output], "outputs": outputs,
             "op_params": ", ".join(f"{n}: {t}" for n, t in typed), "op_names": ", ".join(n for n, _ in typed),
             "resolve_from_op": ", ".join([*(n for n, _ in typed if n not in dtype_args),

@@ -4,10 +4,10 @@
 Generated from specs/per_token_group_quant.yaml: the dtype whitelist, the gates and the dispatch keys below are the
 spec's, and match the C++ switch in csrc/per_token_group_quant/dispatch.*. Needs torch only.
 """
+
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
 
 import torch
 
@@ -21,148 +21,277 @@ fp8_max = 448.0
 eps = 1e-10
 
 # The dtype matrix (in): generated cells, and excluded cells with the reason.
-MATRIX = [
-    ("bf16",),
-    ("fp16",),
-    ("fp32",),
-]
-EXCLUDED = {
-}
-
+AXES = ["in"]
+MATRIX = [("bf16",), ("fp16",), ("fp32",)]
+EXCLUDED = {}
 # (in, group_size, scale_format, fuse_silu_and_mul) -> (switch key, elements per vector access)
 VARIANTS = {
-    (torch.bfloat16, 32, 'fp32_row', False): (0x1, 16),
-    (torch.bfloat16, 32, 'fp32_row', True): (0x1001, 16),
-    (torch.bfloat16, 32, 'fp32_col', False): (0x101, 16),
-    (torch.bfloat16, 32, 'fp32_col', True): (0x1101, 16),
-    (torch.bfloat16, 32, 'ue8m0', False): (0x201, 16),
-    (torch.bfloat16, 32, 'ue8m0', True): (0x1201, 16),
-    (torch.bfloat16, 64, 'fp32_row', False): (0x11, 16),
-    (torch.bfloat16, 64, 'fp32_row', True): (0x1011, 16),
-    (torch.bfloat16, 64, 'fp32_col', False): (0x111, 16),
-    (torch.bfloat16, 64, 'fp32_col', True): (0x1111, 16),
-    (torch.bfloat16, 64, 'ue8m0', False): (0x211, 16),
-    (torch.bfloat16, 64, 'ue8m0', True): (0x1211, 16),
-    (torch.bfloat16, 128, 'fp32_row', False): (0x21, 16),
-    (torch.bfloat16, 128, 'fp32_row', True): (0x1021, 16),
-    (torch.bfloat16, 128, 'fp32_col', False): (0x121, 16),
-    (torch.bfloat16, 128, 'fp32_col', True): (0x1121, 16),
-    (torch.bfloat16, 128, 'ue8m0', False): (0x221, 16),
-    (torch.bfloat16, 128, 'ue8m0', True): (0x1221, 16),
-    (torch.float16, 32, 'fp32_row', False): (0x2, 16),
-    (torch.float16, 32, 'fp32_row', True): (0x1002, 16),
-    (torch.float16, 32, 'fp32_col', False): (0x102, 16),
-    (torch.float16, 32, 'fp32_col', True): (0x1102, 16),
-    (torch.float16, 32, 'ue8m0', False): (0x202, 16),
-    (torch.float16, 32, 'ue8m0', True): (0x1202, 16),
-    (torch.float16, 64, 'fp32_row', False): (0x12, 16),
-    (torch.float16, 64, 'fp32_row', True): (0x1012, 16),
-    (torch.float16, 64, 'fp32_col', False): (0x112, 16),
-    (torch.float16, 64, 'fp32_col', True): (0x1112, 16),
-    (torch.float16, 64, 'ue8m0', False): (0x212, 16),
-    (torch.float16, 64, 'ue8m0', True): (0x1212, 16),
-    (torch.float16, 128, 'fp32_row', False): (0x22, 16),
-    (torch.float16, 128, 'fp32_row', True): (0x1022, 16),
-    (torch.float16, 128, 'fp32_col', False): (0x122, 16),
-    (torch.float16, 128, 'fp32_col', True): (0x1122, 16),
-    (torch.float16, 128, 'ue8m0', False): (0x222, 16),
-    (torch.float16, 128, 'ue8m0', True): (0x1222, 16),
-    (torch.float32, 32, 'fp32_row', False): (0x3, 16),
-    (torch.float32, 32, 'fp32_row', True): (0x1003, 16),
-    (torch.float32, 32, 'fp32_col', False): (0x103, 16),
-    (torch.float32, 32, 'fp32_col', True): (0x1103, 16),
-    (torch.float32, 32, 'ue8m0', False): (0x203, 16),
-    (torch.float32, 32, 'ue8m0', True): (0x1203, 16),
-    (torch.float32, 64, 'fp32_row', False): (0x13, 16),
-    (torch.float32, 64, 'fp32_row', True): (0x1013, 16),
-    (torch.float32, 64, 'fp32_col', False): (0x113, 16),
-    (torch.float32, 64, 'fp32_col', True): (0x1113, 16),
-    (torch.float32, 64, 'ue8m0', False): (0x213, 16),
-    (torch.float32, 64, 'ue8m0', True): (0x1213, 16),
-    (torch.float32, 128, 'fp32_row', False): (0x23, 16),
-    (torch.float32, 128, 'fp32_row', True): (0x1023, 16),
-    (torch.float32, 128, 'fp32_col', False): (0x123, 16),
-    (torch.float32, 128, 'fp32_col', True): (0x1123, 16),
-    (torch.float32, 128, 'ue8m0', False): (0x223, 16),
-    (torch.float32, 128, 'ue8m0', True): (0x1223, 16),
+    (torch.bfloat16, 32, "fp32_row", False): (0x1, 16),
+    (torch.bfloat16, 32, "fp32_row", True): (0x1001, 16),
+    (torch.bfloat16, 32, "fp32_col", False): (0x101, 16),
+    (torch.bfloat16, 32, "fp32_col", True): (0x1101, 16),
+    (torch.bfloat16, 32, "ue8m0", False): (0x201, 16),
+    (torch.bfloat16, 32, "ue8m0", True): (0x1201, 16),
+    (torch.bfloat16, 64, "fp32_row", False): (0x11, 16),
+    (torch.bfloat16, 64, "fp32_row", True): (0x1011, 16),
+    (torch.bfloat16, 64, "fp32_col", False): (0x111, 16),
+    (torch.bfloat16, 64, "fp32_col", True): (0x1111, 16),
+    (torch.bfloat16, 64, "ue8m0", False): (0x211, 16),
+    (torch.bfloat16, 64, "ue8m0", True): (0x1211, 16),
+    (torch.bfloat16, 128, "fp32_row", False): (0x21, 16),
+    (torch.bfloat16, 128, "fp32_row", True): (0x1021, 16),
+    (torch.bfloat16, 128, "fp32_col", False): (0x121, 16),
+    (torch.bfloat16, 128, "fp32_col", True): (0x1121, 16),
+    (torch.bfloat16, 128, "ue8m0", False): (0x221, 16),
+    (torch.bfloat16, 128, "ue8m0", True): (0x1221, 16),
+    (torch.float16, 32, "fp32_row", False): (0x2, 16),
+    (torch.float16, 32, "fp32_row", True): (0x1002, 16),
+    (torch.float16, 32, "fp32_col", False): (0x102, 16),
+    (torch.float16, 32, "fp32_col", True): (0x1102, 16),
+    (torch.float16, 32, "ue8m0", False): (0x202, 16),
+    (torch.float16, 32, "ue8m0", True): (0x1202, 16),
+    (torch.float16, 64, "fp32_row", False): (0x12, 16),
+    (torch.float16, 64, "fp32_row", True): (0x1012, 16),
+    (torch.float16, 64, "fp32_col", False): (0x112, 16),
+    (torch.float16, 64, "fp32_col", True): (0x1112, 16),
+    (torch.float16, 64, "ue8m0", False): (0x212, 16),
+    (torch.float16, 64, "ue8m0", True): (0x1212, 16),
+    (torch.float16, 128, "fp32_row", False): (0x22, 16),
+    (torch.float16, 128, "fp32_row", True): (0x1022, 16),
+    (torch.float16, 128, "fp32_col", False): (0x122, 16),
+    (torch.float16, 128, "fp32_col", True): (0x1122, 16),
+    (torch.float16, 128, "ue8m0", False): (0x222, 16),
+    (torch.float16, 128, "ue8m0", True): (0x1222, 16),
+    (torch.float32, 32, "fp32_row", False): (0x3, 16),
+    (torch.float32, 32, "fp32_row", True): (0x1003, 16),
+    (torch.float32, 32, "fp32_col", False): (0x103, 16),
+    (torch.float32, 32, "fp32_col", True): (0x1103, 16),
+    (torch.float32, 32, "ue8m0", False): (0x203, 16),
+    (torch.float32, 32, "ue8m0", True): (0x1203, 16),
+    (torch.float32, 64, "fp32_row", False): (0x13, 16),
+    (torch.float32, 64, "fp32_row", True): (0x1013, 16),
+    (torch.float32, 64, "fp32_col", False): (0x113, 16),
+    (torch.float32, 64, "fp32_col", True): (0x1113, 16),
+    (torch.float32, 64, "ue8m0", False): (0x213, 16),
+    (torch.float32, 64, "ue8m0", True): (0x1213, 16),
+    (torch.float32, 128, "fp32_row", False): (0x23, 16),
+    (torch.float32, 128, "fp32_row", True): (0x1023, 16),
+    (torch.float32, 128, "fp32_col", False): (0x123, 16),
+    (torch.float32, 128, "fp32_col", True): (0x1123, 16),
+    (torch.float32, 128, "ue8m0", False): (0x223, 16),
+    (torch.float32, 128, "ue8m0", True): (0x1223, 16),
 }
+# k3_per_token_group_quant::Args in csrc/per_token_group_quant/per_token_group_quant_abi.h, field for field.
+ARGS_FIELDS = [
+    ("x", ctypes.c_void_p),
+    ("x_stride0", ctypes.c_int64),
+    ("out", ctypes.c_void_p),
+    ("out_scale", ctypes.c_void_p),
+    ("M", ctypes.c_int64),
+    ("K", ctypes.c_int64),
+]
+# The build: translation units and headers per backend (relative to csrc/per_token_group_quant/), defines per arch.
+SOURCES = {
+    "cuda": [
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.cu",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.cu",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.cu",
+        "dispatch.cu",
+    ],
+    "hip": [
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_bf16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_bf16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_bf16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp32__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp32__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.hip",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.hip",
+        "per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.hip",
+        "dispatch.hip",
+    ],
+}
+HEADERS = {
+    "cuda": ["per_token_group_quant.cuh", "per_token_group_quant_abi.h", "../k3_backend.h"],
+    "hip": ["per_token_group_quant.cuh", "per_token_group_quant_abi.h", "../k3_backend.h"],
+}
+ARCH_DEFINES = {"sm_90a": ["-DK3_PDL=1"], "sm_100a": ["-DK3_PDL=1"], "gfx942": ["-DK3_PDL=0"], "gfx950": ["-DK3_PDL=0"]}
+# Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
+TENSORS = (("x", 2, "input"), ("out", 2, "output"), ("out_scale", 2, "output"))
+# The spec's gates, (predicate, reason), in the order _resolve checks them.
+GATES = [
+    ("K % group_size == 0", "groups of group_size consecutive elements must tile K exactly"),
+    ("x.stride0 % vec == 0", "each thread loads 16 consecutive elements, so rows must start on a 16-element boundary"),
+    (
+        "x.ptr % 16 == 0 and out.ptr % 16 == 0 and out_scale.ptr % 4 == 0",
+        "vector loads and stores need 16-byte aligned data pointers (scales: 4-byte)",
+    ),
+]
+# The Args fields holding a tensor, in field order, and the outputs among them, in return order.
+POINTERS = ["x", "out", "out_scale"]
+OUTPUT_SLOTS = (1, 2)
 
 
 class Args(ctypes.Structure):
-    """k3_per_token_group_quant::Args in csrc/per_token_group_quant/per_token_group_quant_abi.h, field for field."""
-
-    _fields_ = [
-        ("x", ctypes.c_void_p),
-        ("x_stride0", ctypes.c_int64),
-        ("out", ctypes.c_void_p),
-        ("out_scale", ctypes.c_void_p),
-        ("M", ctypes.c_int64),
-        ("K", ctypes.c_int64),
-    ]
+    _fields_ = ARGS_FIELDS
 
 
 MODULE = rt.FamilyModule(
     family=FAMILY,
     args=Args,
-    sources={"cuda": ["per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_bf16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_bf16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_bf16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_bf16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_bf16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_bf16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp32__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp32__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp32__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp32__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.cu", "per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.cu", "per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.cu", "dispatch.cu"], "hip": ["per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_bf16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_bf16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_bf16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_bf16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_bf16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_bf16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_bf16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_bf16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_bf16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp16__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp16__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp16__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp16__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp32__group_size_32__scale_format_fp32_col__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp32__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp32__group_size_32__scale_format_ue8m0__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_row__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp32__group_size_64__scale_format_fp32_col__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp32__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp32__group_size_64__scale_format_ue8m0__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_row__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_col__fuse_silu_and_mul_on.hip", "per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off.hip", "per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on.hip", "dispatch.hip"]},
-    headers={"cuda": ["per_token_group_quant.cuh", "per_token_group_quant_abi.h", "../k3_backend.h"], "hip": ["per_token_group_quant.cuh", "per_token_group_quant_abi.h", "../k3_backend.h"]},
-    arch_defines={
-        "sm_90a": ["-DK3_PDL=1"],
-        "sm_100a": ["-DK3_PDL=1"],
-        "gfx942": ["-DK3_PDL=0"],
-        "gfx950": ["-DK3_PDL=0"],
-    },
+    sources=SOURCES,
+    headers=HEADERS,
+    arch_defines=ARCH_DEFINES,
     package_file=__file__,
 )
-# Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
-TENSORS = (
-    ("x", 2, "input"),
-    ("out", 2, "output"),
-    ("out_scale", 2, "output"),
-)
-# The calls (k3gen.runtime.fastpath): the Args fields holding a tensor, in field order, the outputs
-# among them, in return order, and the pointer alignment the gates read.
-_FAST = rt.FastPath(MODULE, ["x", "out", "out_scale"], (1, 2), align=16)
+# The calls (k3gen.runtime.fastpath): checked ones launched, and cached by signature when the gates
+# read pointers only modulo an alignment.
+_FAST = rt.FastPath(MODULE, POINTERS, OUTPUT_SLOTS, align=16)
 supported_hardware = MODULE.supported_hardware
 build = MODULE.build
 available = MODULE.available
 
 
-def _resolve(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None, *, fake=False):
+def _resolve(
+    x, group_size=128, scale_format="fp32_row", fuse_silu_and_mul=False, out=None, out_scale=None, *, fake=False
+):
     """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError.
 
     With fake=True (torch.compile's fake tensors: shapes, no data) stop once the outputs exist.
     """
-    device = rt.check_tensors(FAMILY, TENSORS, (x, out, out_scale,))
+    device = rt.check_tensors(FAMILY, TENSORS, (x, out, out_scale))
     rt.check_choice(FAMILY, "group_size", group_size, [32, 64, 128])
     rt.check_choice(FAMILY, "scale_format", scale_format, ["fp32_row", "fp32_col", "ue8m0"])
     fuse_silu_and_mul = bool(fuse_silu_and_mul)
     M = x.shape[0]
-    K = ((x.shape[1] // 2) if fuse_silu_and_mul else x.shape[1])
+    K = (x.shape[1] // 2) if fuse_silu_and_mul else x.shape[1]
     dtype_in = x.dtype
-    variant = VARIANTS.get((dtype_in, group_size, scale_format, fuse_silu_and_mul,))
+    variant = VARIANTS.get((dtype_in, group_size, scale_format, fuse_silu_and_mul))
     if variant is None:
-        raise rt.uncovered(FAMILY, ["in"], [dtype_in], MATRIX, EXCLUDED)
+        raise rt.uncovered(FAMILY, AXES, [dtype_in], MATRIX, EXCLUDED)
     key, vec = variant
     x_spec = (dtype_in, (M, ((2 * K) if fuse_silu_and_mul else K)), "rows", "M, 2 * K if fuse_silu_and_mul else K")
     rt.check_input(FAMILY, "x", x, *x_spec)
     out_spec = (torch.float8_e4m3fn, (M, K), "dense", "M, K")
     out = rt.prepare_output(FAMILY, "out", out, *out_spec, device)
-    if scale_format == 'fp32_col':
+    if scale_format == "fp32_col":
         out_scale_spec = (torch.float32, (M, (K // group_size)), "col_major", "M, K // group_size")
-    elif scale_format == 'ue8m0':
+    elif scale_format == "ue8m0":
         out_scale_spec = (torch.int32, (M, (((K // group_size) + 3) // 4)), "dense", "M, (K // group_size + 3) // 4")
     else:
         out_scale_spec = (torch.float32, (M, (K // group_size)), "dense", "M, K // group_size")
     out_scale = rt.prepare_output(FAMILY, "out_scale", out_scale, *out_scale_spec, device)
     if fake:
-        return None, None, (out, out_scale,)
+        return None, None, (out, out_scale)
     if not ((K % group_size) == 0):
-        raise rt.gate_failed(FAMILY, "K % group_size == 0", "groups of group_size consecutive elements must tile K exactly", {"K": K, "group_size": group_size})
+        values = {"K": K, "group_size": group_size}
+        raise rt.gate_failed(FAMILY, *GATES[0], values)
     if not ((x.stride(0) % vec) == 0):
-        raise rt.gate_failed(FAMILY, "x.stride0 % vec == 0", "each thread loads 16 consecutive elements, so rows must start on a 16-element boundary", {"x.stride(0)": x.stride(0), "vec": vec})
+        values = {"x.stride(0)": x.stride(0), "vec": vec}
+        raise rt.gate_failed(FAMILY, *GATES[1], values)
     if not (((x.data_ptr() % 16) == 0) and ((out.data_ptr() % 16) == 0) and ((out_scale.data_ptr() % 4) == 0)):
-        raise rt.gate_failed(FAMILY, "x.ptr % 16 == 0 and out.ptr % 16 == 0 and out_scale.ptr % 4 == 0", "vector loads and stores need 16-byte aligned data pointers (scales: 4-byte)", {"x.data_ptr()": x.data_ptr(), "out.data_ptr()": out.data_ptr(), "out_scale.data_ptr()": out_scale.data_ptr()})
+        values = {
+            "x.data_ptr()": x.data_ptr(),
+            "out.data_ptr()": out.data_ptr(),
+            "out_scale.data_ptr()": out_scale.data_ptr(),
+        }
+        raise rt.gate_failed(FAMILY, *GATES[2], values)
     args = Args(
         x=rt.data_ptr(x),
         x_stride0=x.stride(0),
@@ -171,10 +300,10 @@ def _resolve(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False
         M=M,
         K=K,
     )
-    return key, args, (out, out_scale,)
+    return key, args, (out, out_scale)
 
 
-def covered(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None) -> bool:
+def covered(x, group_size=128, scale_format="fp32_row", fuse_silu_and_mul=False, out=None, out_scale=None) -> bool:
     """True when the generated kernels cover this call (dtypes, shapes, strides, gates)."""
     try:
         _resolve(x, group_size, scale_format, fuse_silu_and_mul, out, out_scale)
@@ -184,24 +313,33 @@ def covered(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False,
 
 
 @torch.library.custom_op("k3kernels::per_token_group_quant", mutates_args=())
-def _op(x: torch.Tensor, group_size: int, scale_format: str, fuse_silu_and_mul: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _op(
+    x: torch.Tensor, group_size: int, scale_format: str, fuse_silu_and_mul: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The family as a torch custom op: opaque to torch.compile (no graph break), captured by CUDA graphs."""
-    return _FAST.run(*_resolve(x, group_size, scale_format, fuse_silu_and_mul))
-
-
-@_op.register_fake
-def _op_fake(x: torch.Tensor, group_size: int, scale_format: str, fuse_silu_and_mul: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return _FAST.unpack(_resolve(x, group_size, scale_format, fuse_silu_and_mul, fake=True)[2])
-
-
-def _checked(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None):
-    """Check the call in full (raising what _resolve raises), remember it, run it."""
-    key, args, outputs = _resolve(x, group_size, scale_format, fuse_silu_and_mul, out, out_scale)
-    _FAST.remember(key, args, outputs, (x, out, out_scale, group_size, scale_format, fuse_silu_and_mul,))
+    key, args, outputs = _resolve(x, group_size, scale_format, fuse_silu_and_mul)
     return _FAST.run(key, args, outputs)
 
 
-def per_token_group_quant(x, group_size=128, scale_format='fp32_row', fuse_silu_and_mul=False, out=None, out_scale=None):
+@_op.register_fake
+def _op_fake(
+    x: torch.Tensor, group_size: int, scale_format: str, fuse_silu_and_mul: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _, _, outputs = _resolve(x, group_size, scale_format, fuse_silu_and_mul, fake=True)
+    return _FAST.unpack(outputs)
+
+
+def _checked(x, group_size=128, scale_format="fp32_row", fuse_silu_and_mul=False, out=None, out_scale=None):
+    """Check the call in full (raising what _resolve raises), remember it, run it."""
+    key, args, outputs = _resolve(x, group_size, scale_format, fuse_silu_and_mul, out, out_scale)
+    call = (x, out, out_scale, group_size, scale_format, fuse_silu_and_mul)
+    _FAST.remember(key, args, outputs, call)
+    return _FAST.run(key, args, outputs)
+
+
+def per_token_group_quant(
+    x, group_size=128, scale_format="fp32_row", fuse_silu_and_mul=False, out=None, out_scale=None
+):
     """q = fp8_e4m3(clamp(x / s, -448, 448)), s = max(|group|, 1e-10) / 448 per group of G elements
 
     Raises K3UnsupportedError (a ValueError) naming the allowed matrix or the failed gate when the
@@ -211,6 +349,9 @@ def per_token_group_quant(x, group_size=128, scale_format='fp32_row', fuse_silu_
     """
     if torch.compiler.is_compiling():
         result = _op(x, group_size, scale_format, fuse_silu_and_mul)
-        return tuple(r if o is None else o.copy_(r) for r, o in zip(result, (out, out_scale)))
+        given = (out, out_scale)
+        return tuple(r if o is None else o.copy_(r) for r, o in zip(result, given))
     result = _FAST.call(x, out, out_scale, group_size, scale_format, fuse_silu_and_mul)
-    return _checked(x, group_size, scale_format, fuse_silu_and_mul, out, out_scale) if result is None else result
+    if result is None:
+        result = _checked(x, group_size, scale_format, fuse_silu_and_mul, out, out_scale)
+    return result

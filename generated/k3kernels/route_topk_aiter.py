@@ -4,10 +4,10 @@
 Generated from specs/route_topk_aiter.yaml: the dtype whitelist, the gates and the dispatch keys below are the
 spec's, and match the C++ switch in csrc/route_topk_aiter/dispatch.*. Needs torch only.
 """
+
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
 
 import torch
 
@@ -22,81 +22,107 @@ max_tokens = 1024
 block_threads = 256
 
 # The dtype matrix (score, bias): generated cells, and excluded cells with the reason.
-MATRIX = [
-    ("bf16", "fp32"),
-    ("bf16", "bf16"),
-    ("fp32", "fp32"),
-]
-EXCLUDED = {
-    ("fp32", "bf16"): "the bias is fp32 or the score dtype; a bf16 bias beside fp32 scores loses its precision",
-}
-
+AXES = ["score", "bias"]
+MATRIX = [("bf16", "fp32"), ("bf16", "bf16"), ("fp32", "fp32")]
+EXCLUDED = {("fp32", "bf16"): "the bias is fp32 or the score dtype; a bf16 bias beside fp32 scores loses its precision"}
 # (score, bias) -> (switch key, elements per vector access)
 VARIANTS = {
     (torch.bfloat16, torch.float32): (0x31, 1),
     (torch.bfloat16, torch.bfloat16): (0x11, 1),
     (torch.float32, torch.float32): (0x33, 1),
 }
+# k3_route_topk_aiter::Args in csrc/route_topk_aiter/route_topk_aiter_abi.h, field for field.
+ARGS_FIELDS = [
+    ("scores", ctypes.c_void_p),
+    ("scores_stride0", ctypes.c_int64),
+    ("bias", ctypes.c_void_p),
+    ("out_weights", ctypes.c_void_p),
+    ("out_ids", ctypes.c_void_p),
+    ("M", ctypes.c_int64),
+    ("topk", ctypes.c_int32),
+    ("num_expert_group", ctypes.c_int32),
+    ("topk_group", ctypes.c_int32),
+    ("renormalize", ctypes.c_int32),
+    ("routed_scaling_factor", ctypes.c_float),
+]
+# The build: translation units and headers per backend (relative to csrc/route_topk_aiter/), defines per arch.
+SOURCES = {
+    "cuda": [
+        "route_topk_aiter__score_bf16__bias_fp32.cu",
+        "route_topk_aiter__score_bf16__bias_bf16.cu",
+        "route_topk_aiter__score_fp32__bias_fp32.cu",
+        "dispatch.cu",
+    ],
+    "hip": [
+        "route_topk_aiter__score_bf16__bias_fp32.hip",
+        "route_topk_aiter__score_bf16__bias_bf16.hip",
+        "route_topk_aiter__score_fp32__bias_fp32.hip",
+        "dispatch.hip",
+    ],
+}
+HEADERS = {
+    "cuda": ["route_topk_aiter.cuh", "route_topk_aiter_abi.h", "../k3_backend.h"],
+    "hip": ["route_topk_aiter.cuh", "route_topk_aiter_abi.h", "../k3_backend.h"],
+}
+ARCH_DEFINES = {"sm_90a": ["-DK3_PDL=1"], "sm_100a": ["-DK3_PDL=1"], "gfx942": ["-DK3_PDL=0"]}
+# Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
+TENSORS = (("scores", 2, "input"), ("bias", 1, "input"), ("out_weights", 2, "output"), ("out_ids", 2, "output"))
+# The spec's gates, (predicate, reason), in the order _resolve checks them.
+GATES = [
+    ("topk == top_k", "K is compiled in (constants.top_k); another K is another spec instance"),
+    ("M <= max_tokens", "one block per token: larger batches are the prefill path's job"),
+    ("num_expert_group == 1 and topk_group == 1", "no expert grouping: every expert competes for every slot"),
+]
+# The Args fields holding a tensor, in field order, and the outputs among them, in return order.
+POINTERS = ["scores", "bias", "out_weights", "out_ids"]
+OUTPUT_SLOTS = (2, 3)
 
 
 class Args(ctypes.Structure):
-    """k3_route_topk_aiter::Args in csrc/route_topk_aiter/route_topk_aiter_abi.h, field for field."""
-
-    _fields_ = [
-        ("scores", ctypes.c_void_p),
-        ("scores_stride0", ctypes.c_int64),
-        ("bias", ctypes.c_void_p),
-        ("out_weights", ctypes.c_void_p),
-        ("out_ids", ctypes.c_void_p),
-        ("M", ctypes.c_int64),
-        ("topk", ctypes.c_int32),
-        ("num_expert_group", ctypes.c_int32),
-        ("topk_group", ctypes.c_int32),
-        ("renormalize", ctypes.c_int32),
-        ("routed_scaling_factor", ctypes.c_float),
-    ]
+    _fields_ = ARGS_FIELDS
 
 
 MODULE = rt.FamilyModule(
     family=FAMILY,
     args=Args,
-    sources={"cuda": ["route_topk_aiter__score_bf16__bias_fp32.cu", "route_topk_aiter__score_bf16__bias_bf16.cu", "route_topk_aiter__score_fp32__bias_fp32.cu", "dispatch.cu"], "hip": ["route_topk_aiter__score_bf16__bias_fp32.hip", "route_topk_aiter__score_bf16__bias_bf16.hip", "route_topk_aiter__score_fp32__bias_fp32.hip", "dispatch.hip"]},
-    headers={"cuda": ["route_topk_aiter.cuh", "route_topk_aiter_abi.h", "../k3_backend.h"], "hip": ["route_topk_aiter.cuh", "route_topk_aiter_abi.h", "../k3_backend.h"]},
-    arch_defines={
-        "sm_90a": ["-DK3_PDL=1"],
-        "sm_100a": ["-DK3_PDL=1"],
-        "gfx942": ["-DK3_PDL=0"],
-    },
+    sources=SOURCES,
+    headers=HEADERS,
+    arch_defines=ARCH_DEFINES,
     package_file=__file__,
 )
-# Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
-TENSORS = (
-    ("scores", 2, "input"),
-    ("bias", 1, "input"),
-    ("out_weights", 2, "output"),
-    ("out_ids", 2, "output"),
-)
-# The calls (k3gen.runtime.fastpath): the Args fields holding a tensor, in field order, the outputs
-# among them, in return order, and the pointer alignment the gates read.
-_FAST = rt.FastPath(MODULE, ["scores", "bias", "out_weights", "out_ids"], (2, 3), align=1)
+# The calls (k3gen.runtime.fastpath): checked ones launched, and cached by signature when the gates
+# read pointers only modulo an alignment.
+_FAST = rt.FastPath(MODULE, POINTERS, OUTPUT_SLOTS, align=1)
 supported_hardware = MODULE.supported_hardware
 build = MODULE.build
 available = MODULE.available
 
 
-def _resolve(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None, *, fake=False):
+def _resolve(
+    scores,
+    bias,
+    topk,
+    num_expert_group=1,
+    topk_group=1,
+    renormalize=1,
+    routed_scaling_factor=1.0,
+    out_weights=None,
+    out_ids=None,
+    *,
+    fake=False,
+):
     """Check the call against the spec; return (switch key, Args, outputs) or raise K3UnsupportedError.
 
     With fake=True (torch.compile's fake tensors: shapes, no data) stop once the outputs exist.
     """
-    device = rt.check_tensors(FAMILY, TENSORS, (scores, bias, out_weights, out_ids,))
+    device = rt.check_tensors(FAMILY, TENSORS, (scores, bias, out_weights, out_ids))
     M = scores.shape[0]
     dtype_score = scores.dtype
     dtype_bias = bias.dtype
-    variant = VARIANTS.get((dtype_score, dtype_bias,))
+    variant = VARIANTS.get((dtype_score, dtype_bias))
     if variant is None:
-        raise rt.uncovered(FAMILY, ["score", "bias"], [dtype_score, dtype_bias], MATRIX, EXCLUDED)
-    key, vec = variant
+        raise rt.uncovered(FAMILY, AXES, [dtype_score, dtype_bias], MATRIX, EXCLUDED)
+    key, _ = variant
     scores_spec = (dtype_score, (M, 896), "rows", "M, num_experts")
     rt.check_input(FAMILY, "scores", scores, *scores_spec)
     bias_spec = (dtype_bias, (896,), "dense", "num_experts")
@@ -106,13 +132,16 @@ def _resolve(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1
     out_ids_spec = (torch.int32, (M, 16), "dense", "M, top_k")
     out_ids = rt.prepare_output(FAMILY, "out_ids", out_ids, *out_ids_spec, device)
     if fake:
-        return None, None, (out_weights, out_ids,)
+        return None, None, (out_weights, out_ids)
     if not (topk == 16):
-        raise rt.gate_failed(FAMILY, "topk == top_k", "K is compiled in (constants.top_k); another K is another spec instance", {"topk": topk})
+        values = {"topk": topk}
+        raise rt.gate_failed(FAMILY, *GATES[0], values)
     if not (M <= 1024):
-        raise rt.gate_failed(FAMILY, "M <= max_tokens", "one block per token: larger batches are the prefill path's job", {"M": M})
+        values = {"M": M}
+        raise rt.gate_failed(FAMILY, *GATES[1], values)
     if not ((num_expert_group == 1) and (topk_group == 1)):
-        raise rt.gate_failed(FAMILY, "num_expert_group == 1 and topk_group == 1", "no expert grouping: every expert competes for every slot", {"num_expert_group": num_expert_group, "topk_group": topk_group})
+        values = {"num_expert_group": num_expert_group, "topk_group": topk_group}
+        raise rt.gate_failed(FAMILY, *GATES[2], values)
     args = Args(
         scores=rt.data_ptr(scores),
         scores_stride0=scores.stride(0),
@@ -126,37 +155,92 @@ def _resolve(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1
         renormalize=renormalize if renormalize is not None else 0,
         routed_scaling_factor=routed_scaling_factor if routed_scaling_factor is not None else 0,
     )
-    return key, args, (out_weights, out_ids,)
+    return key, args, (out_weights, out_ids)
 
 
-def covered(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None) -> bool:
+def covered(
+    scores,
+    bias,
+    topk,
+    num_expert_group=1,
+    topk_group=1,
+    renormalize=1,
+    routed_scaling_factor=1.0,
+    out_weights=None,
+    out_ids=None,
+) -> bool:
     """True when the generated kernels cover this call (dtypes, shapes, strides, gates)."""
     try:
-        _resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids)
+        _resolve(
+            scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids
+        )
     except rt.K3UnsupportedError:
         return False
     return True
 
 
 @torch.library.custom_op("k3kernels::route_topk_aiter", mutates_args=())
-def _op(scores: torch.Tensor, bias: torch.Tensor, topk: int, num_expert_group: Optional[int], topk_group: Optional[int], renormalize: Optional[int], routed_scaling_factor: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
+def _op(
+    scores: torch.Tensor,
+    bias: torch.Tensor,
+    topk: int,
+    num_expert_group: int | None,
+    topk_group: int | None,
+    renormalize: int | None,
+    routed_scaling_factor: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The family as a torch custom op: opaque to torch.compile (no graph break), captured by CUDA graphs."""
-    return _FAST.run(*_resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor))
-
-
-@_op.register_fake
-def _op_fake(scores: torch.Tensor, bias: torch.Tensor, topk: int, num_expert_group: Optional[int], topk_group: Optional[int], renormalize: Optional[int], routed_scaling_factor: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
-    return _FAST.unpack(_resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, fake=True)[2])
-
-
-def _checked(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None):
-    """Check the call in full (raising what _resolve raises), remember it, run it."""
-    key, args, outputs = _resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids)
-    _FAST.remember(key, args, outputs, (scores, bias, out_weights, out_ids, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor,))
+    key, args, outputs = _resolve(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor)
     return _FAST.run(key, args, outputs)
 
 
-def route_topk_aiter(scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1, routed_scaling_factor=1.0, out_weights=None, out_ids=None):
+@_op.register_fake
+def _op_fake(
+    scores: torch.Tensor,
+    bias: torch.Tensor,
+    topk: int,
+    num_expert_group: int | None,
+    topk_group: int | None,
+    renormalize: int | None,
+    routed_scaling_factor: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    _, _, outputs = _resolve(
+        scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, fake=True
+    )
+    return _FAST.unpack(outputs)
+
+
+def _checked(
+    scores,
+    bias,
+    topk,
+    num_expert_group=1,
+    topk_group=1,
+    renormalize=1,
+    routed_scaling_factor=1.0,
+    out_weights=None,
+    out_ids=None,
+):
+    """Check the call in full (raising what _resolve raises), remember it, run it."""
+    key, args, outputs = _resolve(
+        scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids
+    )
+    call = (scores, bias, out_weights, out_ids, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor)
+    _FAST.remember(key, args, outputs, call)
+    return _FAST.run(key, args, outputs)
+
+
+def route_topk_aiter(
+    scores,
+    bias,
+    topk,
+    num_expert_group=1,
+    topk_group=1,
+    renormalize=1,
+    routed_scaling_factor=1.0,
+    out_weights=None,
+    out_ids=None,
+):
     """route_topk (896 experts, top-16) with aiter's wave64 tie order and exp2 sigmoid on every backend
 
     Raises K3UnsupportedError (a ValueError) naming the allowed matrix or the failed gate when the
@@ -166,6 +250,13 @@ def route_topk_aiter(scores, bias, topk, num_expert_group=1, topk_group=1, renor
     """
     if torch.compiler.is_compiling():
         result = _op(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor)
-        return tuple(r if o is None else o.copy_(r) for r, o in zip(result, (out_weights, out_ids)))
-    result = _FAST.call(scores, bias, out_weights, out_ids, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor)
-    return _checked(scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids) if result is None else result
+        given = (out_weights, out_ids)
+        return tuple(r if o is None else o.copy_(r) for r, o in zip(result, given))
+    result = _FAST.call(
+        scores, bias, out_weights, out_ids, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor
+    )
+    if result is None:
+        result = _checked(
+            scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor, out_weights, out_ids
+        )
+    return result

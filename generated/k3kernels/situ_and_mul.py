@@ -4,10 +4,10 @@
 Generated from specs/situ_and_mul.yaml: the dtype whitelist, the gates and the dispatch keys below are the
 spec's, and match the C++ switch in csrc/situ_and_mul/dispatch.*. Needs torch only.
 """
+
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
 
 import torch
 
@@ -19,12 +19,8 @@ FAMILY = "situ_and_mul"
 block_threads = 256
 
 # The dtype matrix (in, out): generated cells, and excluded cells with the reason.
-MATRIX = [
-    ("bf16", "bf16"),
-    ("fp16", "fp16"),
-    ("fp32", "bf16"),
-    ("fp32", "fp32"),
-]
+AXES = ["in", "out"]
+MATRIX = [("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "bf16"), ("fp32", "fp32")]
 EXCLUDED = {
     ("bf16", "fp16"): "no consumer mixes half formats; cast the bf16 output instead",
     ("bf16", "fp32"): "a widening output doubles write traffic; no consumer asks for it",
@@ -32,13 +28,8 @@ EXCLUDED = {
     ("fp16", "fp32"): "a widening output doubles write traffic; no consumer asks for it",
     ("fp32", "fp16"): "fp32 GEMM outputs feed bf16 runners; fp16 is not a runner dtype",
 }
-# Default `out` dtype, derived from the `in` dtype.
-DEFAULT_OUT = {
-    torch.bfloat16: torch.bfloat16,
-    torch.float16: torch.float16,
-    torch.float32: torch.bfloat16,
-}
-
+# The default dtype of an omitted output (DEFAULT_OUT), by the dtype it derives from.
+DEFAULT_OUT = {torch.bfloat16: torch.bfloat16, torch.float16: torch.float16, torch.float32: torch.bfloat16}
 # (in, out, has_linear_beta) -> (switch key, elements per vector access)
 VARIANTS = {
     (torch.bfloat16, torch.bfloat16, False): (0x11, 8),
@@ -50,43 +41,77 @@ VARIANTS = {
     (torch.float32, torch.float32, False): (0x33, 4),
     (torch.float32, torch.float32, True): (0x133, 4),
 }
+# k3_situ_and_mul::Args in csrc/situ_and_mul/situ_and_mul_abi.h, field for field.
+ARGS_FIELDS = [
+    ("x", ctypes.c_void_p),
+    ("x_stride0", ctypes.c_int64),
+    ("out", ctypes.c_void_p),
+    ("M", ctypes.c_int64),
+    ("D", ctypes.c_int64),
+    ("beta", ctypes.c_float),
+    ("linear_beta", ctypes.c_float),
+]
+# The build: translation units and headers per backend (relative to csrc/situ_and_mul/), defines per arch.
+SOURCES = {
+    "cuda": [
+        "situ_and_mul__in_bf16__out_bf16__has_linear_beta_off.cu",
+        "situ_and_mul__in_bf16__out_bf16__has_linear_beta_on.cu",
+        "situ_and_mul__in_fp16__out_fp16__has_linear_beta_off.cu",
+        "situ_and_mul__in_fp16__out_fp16__has_linear_beta_on.cu",
+        "situ_and_mul__in_fp32__out_bf16__has_linear_beta_off.cu",
+        "situ_and_mul__in_fp32__out_bf16__has_linear_beta_on.cu",
+        "situ_and_mul__in_fp32__out_fp32__has_linear_beta_off.cu",
+        "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on.cu",
+        "dispatch.cu",
+    ],
+    "hip": [
+        "situ_and_mul__in_bf16__out_bf16__has_linear_beta_off.hip",
+        "situ_and_mul__in_bf16__out_bf16__has_linear_beta_on.hip",
+        "situ_and_mul__in_fp16__out_fp16__has_linear_beta_off.hip",
+        "situ_and_mul__in_fp16__out_fp16__has_linear_beta_on.hip",
+        "situ_and_mul__in_fp32__out_bf16__has_linear_beta_off.hip",
+        "situ_and_mul__in_fp32__out_bf16__has_linear_beta_on.hip",
+        "situ_and_mul__in_fp32__out_fp32__has_linear_beta_off.hip",
+        "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on.hip",
+        "dispatch.hip",
+    ],
+}
+HEADERS = {
+    "cuda": ["situ_and_mul.cuh", "situ_and_mul_abi.h", "../k3_backend.h"],
+    "hip": ["situ_and_mul.cuh", "situ_and_mul_abi.h", "../k3_backend.h"],
+}
+ARCH_DEFINES = {"sm_90a": ["-DK3_PDL=1"], "sm_100a": ["-DK3_PDL=1"], "gfx942": ["-DK3_PDL=0"], "gfx950": ["-DK3_PDL=0"]}
+# Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
+TENSORS = (("x", 2, "input"), ("out", 2, "output"))
+# The spec's gates, (predicate, reason), in the order _resolve checks them.
+GATES = [
+    (
+        "D % vec == 0",
+        "each thread moves vec consecutive elements (16 or 32 bytes of the widest dtype), so D must be a multiple of vec",  # noqa: E501
+    ),
+    ("x.stride0 % vec == 0", "16-byte accesses need every row to start on a vec-element boundary"),
+    ("x.ptr % 16 == 0 and out.ptr % 16 == 0", "vector loads and stores need 16-byte aligned data pointers"),
+]
+# The Args fields holding a tensor, in field order, and the outputs among them, in return order.
+POINTERS = ["x", "out"]
+OUTPUT_SLOTS = (1,)
 
 
 class Args(ctypes.Structure):
-    """k3_situ_and_mul::Args in csrc/situ_and_mul/situ_and_mul_abi.h, field for field."""
-
-    _fields_ = [
-        ("x", ctypes.c_void_p),
-        ("x_stride0", ctypes.c_int64),
-        ("out", ctypes.c_void_p),
-        ("M", ctypes.c_int64),
-        ("D", ctypes.c_int64),
-        ("beta", ctypes.c_float),
-        ("linear_beta", ctypes.c_float),
-    ]
+    _fields_ = ARGS_FIELDS
 
 
 MODULE = rt.FamilyModule(
     family=FAMILY,
     args=Args,
-    sources={"cuda": ["situ_and_mul__in_bf16__out_bf16__has_linear_beta_off.cu", "situ_and_mul__in_bf16__out_bf16__has_linear_beta_on.cu", "situ_and_mul__in_fp16__out_fp16__has_linear_beta_off.cu", "situ_and_mul__in_fp16__out_fp16__has_linear_beta_on.cu", "situ_and_mul__in_fp32__out_bf16__has_linear_beta_off.cu", "situ_and_mul__in_fp32__out_bf16__has_linear_beta_on.cu", "situ_and_mul__in_fp32__out_fp32__has_linear_beta_off.cu", "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on.cu", "dispatch.cu"], "hip": ["situ_and_mul__in_bf16__out_bf16__has_linear_beta_off.hip", "situ_and_mul__in_bf16__out_bf16__has_linear_beta_on.hip", "situ_and_mul__in_fp16__out_fp16__has_linear_beta_off.hip", "situ_and_mul__in_fp16__out_fp16__has_linear_beta_on.hip", "situ_and_mul__in_fp32__out_bf16__has_linear_beta_off.hip", "situ_and_mul__in_fp32__out_bf16__has_linear_beta_on.hip", "situ_and_mul__in_fp32__out_fp32__has_linear_beta_off.hip", "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on.hip", "dispatch.hip"]},
-    headers={"cuda": ["situ_and_mul.cuh", "situ_and_mul_abi.h", "../k3_backend.h"], "hip": ["situ_and_mul.cuh", "situ_and_mul_abi.h", "../k3_backend.h"]},
-    arch_defines={
-        "sm_90a": ["-DK3_PDL=1"],
-        "sm_100a": ["-DK3_PDL=1"],
-        "gfx942": ["-DK3_PDL=0"],
-        "gfx950": ["-DK3_PDL=0"],
-    },
+    sources=SOURCES,
+    headers=HEADERS,
+    arch_defines=ARCH_DEFINES,
     package_file=__file__,
 )
-# Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.
-TENSORS = (
-    ("x", 2, "input"),
-    ("out", 2, "output"),
-)
-# The calls (k3gen.runtime.fastpath): the Args fields holding a tensor, in field order, the outputs
-# among them, in return order, and the pointer alignment the gates read.
-_FAST = rt.FastPath(MODULE, ["x", "out"], (1,), align=16)
+# The calls (k3gen.runtime.fastpath): checked ones launched, and cached by signature when the gates
+# read pointers only modulo an alignment.
+_FAST = rt.FastPath(MODULE, POINTERS, OUTPUT_SLOTS, align=16)
 supported_hardware = MODULE.supported_hardware
 build = MODULE.build
 available = MODULE.available
@@ -97,15 +122,15 @@ def _resolve(x, beta, linear_beta=None, out=None, *, out_dtype=None, fake=False)
 
     With fake=True (torch.compile's fake tensors: shapes, no data) stop once the outputs exist.
     """
-    device = rt.check_tensors(FAMILY, TENSORS, (x, out,))
-    has_linear_beta = (linear_beta is not None)
+    device = rt.check_tensors(FAMILY, TENSORS, (x, out))
+    has_linear_beta = linear_beta is not None
     M = x.shape[0]
-    D = (x.shape[1] // 2)
+    D = x.shape[1] // 2
     dtype_in = x.dtype
     dtype_out = out.dtype if out is not None else out_dtype or DEFAULT_OUT.get(dtype_in)
-    variant = VARIANTS.get((dtype_in, dtype_out, has_linear_beta,))
+    variant = VARIANTS.get((dtype_in, dtype_out, has_linear_beta))
     if variant is None:
-        raise rt.uncovered(FAMILY, ["in", "out"], [dtype_in, dtype_out], MATRIX, EXCLUDED)
+        raise rt.uncovered(FAMILY, AXES, [dtype_in, dtype_out], MATRIX, EXCLUDED)
     key, vec = variant
     x_spec = (dtype_in, (M, (2 * D)), "rows", "M, 2 * D")
     rt.check_input(FAMILY, "x", x, *x_spec)
@@ -114,11 +139,14 @@ def _resolve(x, beta, linear_beta=None, out=None, *, out_dtype=None, fake=False)
     if fake:
         return None, None, (out,)
     if not ((D % vec) == 0):
-        raise rt.gate_failed(FAMILY, "D % vec == 0", "each thread moves vec consecutive elements (16 or 32 bytes of the widest dtype), so D must be a multiple of vec", {"D": D, "vec": vec})
+        values = {"D": D, "vec": vec}
+        raise rt.gate_failed(FAMILY, *GATES[0], values)
     if not ((x.stride(0) % vec) == 0):
-        raise rt.gate_failed(FAMILY, "x.stride0 % vec == 0", "16-byte accesses need every row to start on a vec-element boundary", {"x.stride(0)": x.stride(0), "vec": vec})
+        values = {"x.stride(0)": x.stride(0), "vec": vec}
+        raise rt.gate_failed(FAMILY, *GATES[1], values)
     if not (((x.data_ptr() % 16) == 0) and ((out.data_ptr() % 16) == 0)):
-        raise rt.gate_failed(FAMILY, "x.ptr % 16 == 0 and out.ptr % 16 == 0", "vector loads and stores need 16-byte aligned data pointers", {"x.data_ptr()": x.data_ptr(), "out.data_ptr()": out.data_ptr()})
+        values = {"x.data_ptr()": x.data_ptr(), "out.data_ptr()": out.data_ptr()}
+        raise rt.gate_failed(FAMILY, *GATES[2], values)
     args = Args(
         x=rt.data_ptr(x),
         x_stride0=x.stride(0),
@@ -141,20 +169,23 @@ def covered(x, beta, linear_beta=None, out=None) -> bool:
 
 
 @torch.library.custom_op("k3kernels::situ_and_mul", mutates_args=())
-def _op(x: torch.Tensor, beta: float, linear_beta: Optional[float], out_dtype: Optional[torch.dtype]) -> torch.Tensor:
+def _op(x: torch.Tensor, beta: float, linear_beta: float | None, out_dtype: torch.dtype | None) -> torch.Tensor:
     """The family as a torch custom op: opaque to torch.compile (no graph break), captured by CUDA graphs."""
-    return _FAST.run(*_resolve(x, beta, linear_beta, out_dtype=out_dtype))
+    key, args, outputs = _resolve(x, beta, linear_beta, out_dtype=out_dtype)
+    return _FAST.run(key, args, outputs)
 
 
 @_op.register_fake
-def _op_fake(x: torch.Tensor, beta: float, linear_beta: Optional[float], out_dtype: Optional[torch.dtype]) -> torch.Tensor:
-    return _FAST.unpack(_resolve(x, beta, linear_beta, out_dtype=out_dtype, fake=True)[2])
+def _op_fake(x: torch.Tensor, beta: float, linear_beta: float | None, out_dtype: torch.dtype | None) -> torch.Tensor:
+    _, _, outputs = _resolve(x, beta, linear_beta, out_dtype=out_dtype, fake=True)
+    return _FAST.unpack(outputs)
 
 
 def _checked(x, beta, linear_beta=None, out=None):
     """Check the call in full (raising what _resolve raises), remember it, run it."""
     key, args, outputs = _resolve(x, beta, linear_beta, out)
-    _FAST.remember(key, args, outputs, (x, out, beta, linear_beta,))
+    call = (x, out, beta, linear_beta)
+    _FAST.remember(key, args, outputs, call)
     return _FAST.run(key, args, outputs)
 
 
@@ -170,4 +201,6 @@ def situ_and_mul(x, beta, linear_beta=None, out=None):
         result = _op(x, beta, linear_beta, out.dtype if out is not None else None)
         return result if out is None else out.copy_(result)
     result = _FAST.call(x, out, beta, linear_beta)
-    return _checked(x, beta, linear_beta, out) if result is None else result
+    if result is None:
+        result = _checked(x, beta, linear_beta, out)
+    return result
