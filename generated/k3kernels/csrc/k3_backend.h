@@ -168,6 +168,25 @@ K3_DEVICE T shfl_down(T v, unsigned delta) {
 #endif
 }
 
+// Lane `src`'s value of v, in every lane.
+template <typename T>
+K3_DEVICE T shfl(T v, int src) {
+#if K3_CUDA
+  return __shfl_sync(0xffffffffu, v, src);
+#else
+  return __shfl(v, src);
+#endif
+}
+
+// The lowest lane whose pred is true (-1 when none); every lane gets the same answer.
+K3_DEVICE int first_lane(bool pred) {
+#if K3_CUDA
+  return __ffs(__ballot_sync(0xffffffffu, pred)) - 1;
+#else
+  return __ffsll(static_cast<unsigned long long>(__ballot(pred))) - 1;
+#endif
+}
+
 // Inclusive prefix sum across a warp (CUDA: shuffles) or a 64-lane wave (HIP: DPP row shifts and
 // row broadcasts, the wave64 idiom: four in-row steps, then rows 1/3 and 2/3 take their carries).
 K3_DEVICE uint32_t warp_inclusive_scan(uint32_t v) {
