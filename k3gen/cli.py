@@ -157,6 +157,14 @@ def cmd_new(root: Path, args) -> int:
     return 0
 
 
+def cmd_tune(root: Path, args) -> int:
+    """Never reached: main() hands `k3gen tune ...` to k3gen.tuning_run before parsing, since the tuner
+    runs on GPU machines from generated/ alone (no spec loader)."""
+    from .tuning_run import main as tune
+
+    return tune(["--help"])
+
+
 def cmd_schema(root: Path | None, args) -> int:
     from .model import KernelSpec
 
@@ -184,6 +192,9 @@ COMMANDS = {
                        "specializations, keys, gates, cost per arch, generated files",
              ["k3gen diff", "k3gen diff origin/main --format markdown > review.md",
               "k3gen diff --family situ_and_mul --check-budget"]),
+    "tune": (cmd_tune, "on a GPU: check every candidate config of a family's knobs against its oracle, time "
+                       "each bucket of M with CUDA graphs and write specs/tuning/<family>.<device>.yaml",
+             ["k3gen tune --family route_topk", "python -m k3gen tune --all --out /tmp/tables"]),
     "new": (cmd_new, "scaffold specs/NAME.yaml, its kernel template and oracle: a family whose tests fail until "
                      "filled in", ["k3gen new my_kernel && k3gen build"]),
 }
@@ -224,6 +235,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["tune"]:  # the GPU half parses its own flags and needs no spec loader
+        from .tuning_run import main as tune
+
+        return tune(argv[1:])
     args = make_parser().parse_args(argv)
     fn = COMMANDS[args.command][0]
     if args.command == "schema":
