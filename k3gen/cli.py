@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import tuning_run
 from .costs import CostTableError
 from .errors import SpecErrors, UnknownFamilyError
 from .write import GeneratedTreeError
@@ -192,9 +193,7 @@ COMMANDS = {
                        "specializations, keys, gates, cost per arch, generated files",
              ["k3gen diff", "k3gen diff origin/main --format markdown > review.md",
               "k3gen diff --family situ_and_mul --check-budget"]),
-    "tune": (cmd_tune, "on a GPU: check every candidate config of a family's knobs against its oracle, time "
-                       "each bucket of M with CUDA graphs and write specs/tuning/<family>.<device>.yaml",
-             ["k3gen tune --family route_topk", "python -m k3gen tune --all --out /tmp/tables"]),
+    "tune": (cmd_tune, tuning_run.HELP, tuning_run.EXAMPLES),
     "new": (cmd_new, "scaffold specs/NAME.yaml, its kernel template and oracle: a family whose tests fail until "
                      "filled in", ["k3gen new my_kernel && k3gen build"]),
 }

@@ -34,6 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ROOT / "generated"
 TABLE_DIR = ROOT / "specs" / "tuning"
 CALLS_PER_GRAPH = 20
+HELP = ("on a GPU: check every candidate config of a family's knobs against its oracle, time each bucket of M "
+        "with CUDA graphs and write specs/tuning/<family>.<device>.yaml")
+EXAMPLES = ["k3gen tune --family route_topk", "k3gen tune --all --out /tmp/tables   # also copies the tables there"]
 
 
 def _import_generated():
@@ -203,8 +206,9 @@ def render_table(result: dict, device: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="k3gen tune", description="time every candidate config of a family per "
-                                 "bucket of M on this GPU and write specs/tuning/<family>.<device>.yaml")
+    ap = argparse.ArgumentParser(prog="k3gen tune", description=f"k3gen tune: {HELP}.",
+                                 epilog="examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--family", action="append", default=[], metavar="NAME[,NAME]")
     ap.add_argument("--all", action="store_true", help="every family whose spec declares tuning")
     ap.add_argument("--out", type=Path, help="also copy the tables (and tune.log) into this folder")
