@@ -126,7 +126,7 @@ VARIANT_IDS = [
     'in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off',
     'in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on',
 ]
-DIMS = [{'M': 1, 'K': 128}, {'M': 1, 'K': 3584}, {'M': 1, 'K': 7168}, {'M': 3, 'K': 128}, {'M': 3, 'K': 3584}, {'M': 3, 'K': 7168}, {'M': 64, 'K': 128}, {'M': 64, 'K': 3584}, {'M': 64, 'K': 7168}, {'M': 4096, 'K': 128}, {'M': 4096, 'K': 3584}, {'M': 4096, 'K': 7168}]
+DIMS = [{'M': 1, 'K': 128}, {'M': 1, 'K': 3584}, {'M': 1, 'K': 7168}, {'M': 3, 'K': 128}, {'M': 3, 'K': 3584}, {'M': 3, 'K': 7168}, {'M': 64, 'K': 128}, {'M': 64, 'K': 3584}, {'M': 64, 'K': 7168}, {'M': 4096, 'K': 128}, {'M': 4096, 'K': 3584}, {'M': 4096, 'K': 7168}, {'M': 16384, 'K': 128}, {'M': 16384, 'K': 3584}, {'M': 16384, 'K': 7168}]
 LAYOUTS = ['dense', 'strided']
 CASES = ['empty', 'zeros', 'nan', 'inf', 'fp8_limits', 'subnormal', 'out_given', 'noncontiguous']
 EXCLUDED = []

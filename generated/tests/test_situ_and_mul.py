@@ -34,7 +34,7 @@ VARIANT_IDS = [
     'in_fp32__out_fp32__has_linear_beta_off',
     'in_fp32__out_fp32__has_linear_beta_on',
 ]
-DIMS = [{'M': 1, 'D': 256}, {'M': 1, 'D': 2048}, {'M': 1, 'D': 3584}, {'M': 7, 'D': 256}, {'M': 7, 'D': 2048}, {'M': 7, 'D': 3584}, {'M': 128, 'D': 256}, {'M': 128, 'D': 2048}, {'M': 128, 'D': 3584}, {'M': 4096, 'D': 256}, {'M': 4096, 'D': 2048}, {'M': 4096, 'D': 3584}]
+DIMS = [{'M': 1, 'D': 256}, {'M': 1, 'D': 2048}, {'M': 1, 'D': 3584}, {'M': 7, 'D': 256}, {'M': 7, 'D': 2048}, {'M': 7, 'D': 3584}, {'M': 128, 'D': 256}, {'M': 128, 'D': 2048}, {'M': 128, 'D': 3584}, {'M': 4096, 'D': 256}, {'M': 4096, 'D': 2048}, {'M': 4096, 'D': 3584}, {'M': 16384, 'D': 256}, {'M': 16384, 'D': 2048}, {'M': 16384, 'D': 3584}]
 LAYOUTS = ['dense', 'strided']
 CASES = ['empty', 'nan', 'no_linear_beta', 'out_given']
 EXCLUDED = [({'in': 'bf16', 'out': 'fp16'}, 'no consumer mixes half formats; cast the bf16 output instead'), ({'in': 'bf16', 'out': 'fp32'}, 'a widening output doubles write traffic; no consumer asks for it'), ({'in': 'fp16', 'out': 'bf16'}, 'no consumer mixes half formats; cast the fp16 output instead'), ({'in': 'fp16', 'out': 'fp32'}, 'a widening output doubles write traffic; no consumer asks for it'), ({'in': 'fp32', 'out': 'fp16'}, 'fp32 GEMM outputs feed bf16 runners; fp16 is not a runner dtype')]

@@ -294,7 +294,7 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
   }
 }
 
-template <typename T_score, typename T_bias, bool FAST_MATH, int VEC>
+template <typename T_score, typename T_bias, bool FAST_MATH, int VEC, int block_threads>
 __global__ void __launch_bounds__(block_threads)
 route_topk_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, const T_bias* __restrict__ bias,
                   float* __restrict__ weights, int32_t* __restrict__ ids, int32_t renormalize, float scale) {
@@ -307,7 +307,7 @@ route_topk_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, co
                                                                  renormalize != 0, scale);
 }
 
-template <typename T_score, typename T_bias, bool FAST_MATH, int VEC>
+template <typename T_score, typename T_bias, bool FAST_MATH, int VEC, int block_threads>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
   #if K3_CUDA
   static_assert(std::is_same<T_score, __nv_bfloat16>::value || std::is_same<T_score, __half>::value || std::is_same<T_score, float>::value, "score: templates/route_topk/limits.yaml:5 allows bf16, fp16, fp32");
@@ -324,7 +324,7 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   static_assert((block_threads == 128 || block_threads == 256 || block_threads == 512), "block_threads: templates/route_topk/limits.yaml:15 allows 128, 256, 512");
   static_assert((VEC == 1), "vector.elements: templates/route_topk/limits.yaml:19 allows 1");
   static_assert((top_k <= num_experts), "templates/route_topk/limits.yaml:21 requires top_k <= num_experts: the top-k of num_experts experts");
-  return k3::launch(route_topk_kernel<T_score, T_bias, FAST_MATH, VEC>, dim3(unsigned(a.M)), dim3(block_threads), 0,
+  return k3::launch(route_topk_kernel<T_score, T_bias, FAST_MATH, VEC, block_threads>, dim3(unsigned(a.M)), dim3(block_threads), 0,
                     stream, K3_PDL, static_cast<const T_score*>(a.scores), a.scores_stride0,
                     static_cast<const T_bias*>(a.bias), static_cast<float*>(a.out_weights),
                     static_cast<int32_t*>(a.out_ids), a.renormalize, a.routed_scaling_factor);
