@@ -198,18 +198,19 @@ K3_DEVICE DigitPick pick_digit(const uint32_t* hist, uint32_t k_left) {
 #pragma unroll
   for (int i = 0; i < per_lane; ++i) total += c[i];
   uint32_t above = k3::warp_inclusive_scan(total) - total;
-  DigitPick pick = {0u, 0u, 0u};
+  // One word, one shuffle: digit (8 bits), count (at most E <= 4095: 12 bits), above (< k_left <= 64).
+  uint32_t packed = 0;
   bool found = false;  // exactly one bin of the warp: the running count crosses k_left once
 #pragma unroll
   for (int i = per_lane - 1; i >= 0; --i) {
     if (above < k_left && above + c[i] >= k_left) {
       found = true;
-      pick = {uint32_t(low + i), c[i], above};
+      packed = uint32_t(low + i) | (c[i] << 8) | (above << 20);
     }
     above += c[i];
   }
-  const int src = k3::first_lane(found);
-  return {k3::shfl(pick.digit, src), k3::shfl(pick.count, src), k3::shfl(pick.above, src)};
+  packed = k3::shfl(packed, k3::first_lane(found));
+  return {packed & 0xffu, (packed >> 8) & 0xfffu, packed >> 20};
 }
 
 // Top-K of one row by radix select over the 48-bit composite key (rank key, tie priority): at most
@@ -220,7 +221,7 @@ K3_DEVICE DigitPick pick_digit(const uint32_t* hist, uint32_t k_left) {
 template <typename T_score, typename T_bias, int E, int K, int threads>
 K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
                          float* __restrict__ weights, int32_t* __restrict__ ids, bool renormalize, float scale) {
-  static_assert(K <= 64 && E <= 65535, "RouteShared holds 64 picks; ids fit the tie field");
+  static_assert(K <= 64 && E <= 4095, "RouteShared holds 64 picks; a bin count fits pick_digit's 12 bits");
   static_assert(threads % K3_WARP_SIZE == 0 && threads <= 1024 && K <= threads,
                 "whole warps (each finds the digit itself); one thread per pick");
   constexpr int per_thread = (E + threads - 1) / threads;
