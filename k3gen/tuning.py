@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from .routing import declares_routing
 from .yaml_lines import LocatedData, parse_yaml
 
 TABLE_DIR = "specs/tuning"
+DEVICE = re.compile(r"[a-z0-9_]{1,64}")  # the device part of a table's file name (k3gen.tuning_run.device_slug)
 FORMAT = 1
 
 
@@ -76,6 +78,9 @@ def resolve(spec, file: str, root: Path, variant_names: list[str]) -> Tuning | N
                                     f"a second tuning table of {spec.kernel} ({names}); the generated dispatch "
                                     "holds one table per family: keep the one for the serving device")])
     rel = f"{TABLE_DIR}/{tables[0].name}"
+    if not DEVICE.fullmatch(tables[0].name[len(spec.kernel) + 1:-len(".yaml")]):  # the name reaches C++ comments
+        raise SpecErrors([SpecError(rel, 1, spec.kernel, "<root>", f"the file name is not {spec.kernel}.DEVICE.yaml "
+                                                                    "with DEVICE in [a-z0-9_]+ (as `k3gen tune` names it)")])
     located, errors = parse_yaml(tables[0].read_text(encoding="utf-8"), rel)
     if located is None:
         raise SpecErrors(errors)

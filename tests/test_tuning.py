@@ -144,3 +144,14 @@ def test_knob_errors_are_located(tmp_path, capsys, tuning, message):
 def test_device_slug_names_the_table_file():
     assert tuning_run.device_slug("NVIDIA H200") == "h200"
     assert tuning_run.device_slug("AMD Instinct MI300X") == "instinct_mi300x"
+
+
+def test_a_table_whose_file_name_is_not_family_dot_device_is_refused(tmp_path, capsys):
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    path = _table(root, {n: _rows(128, 128, 256) for n in names})
+    path.rename(path.with_name("route_topk.H 200*.yaml"))
+    rc, err = _build(root, capsys)
+    assert rc == 2
+    assert "the file name is not route_topk.DEVICE.yaml with DEVICE in [a-z0-9_]+" in err
