@@ -165,4 +165,5 @@ def tuner_data(p, current: str, oracle_spec: dict) -> dict:
             "configs": t.configs, "buckets": t.buckets, "shape": t.shape, "oracle": p.spec.oracle,
             "oracle_spec": oracle_spec,
             "routing": {r.backend: r.test_data() for r in p.backend_routing()} if declares_routing(p.spec) else {},
+            "cases": list(p.spec.tests.cases),
             "variants": [{"name": v.name, "variant": v.as_dict()} for v in p.variants]}
