@@ -3,8 +3,8 @@
 route_row's correctness rests on pick_digit: every warp reads the whole 256-bin histogram, lane l
 holding digits [256 - n(l + 1), 256 - n l) (n = 256 / warp size), and exactly one (lane, bin) finds
 the bin holding the k_left-th candidate. This emulates that rule, the passes (early exit when the
-bin holds exactly k_left) and the gather (keys >= prefix), and checks that exactly K keys are
-gathered and they are the top K, for 32- and 64-lane warps. The kernel itself is tested on a GPU by
+bin holds exactly k_left, or at most kBinGather keys) and the gather (keys >= prefix, ranked), and
+checks that the gathered keys fit and their first K are the top K, for 32- and 64-lane warps. The kernel itself is tested on a GPU by
 the generated tests; this pins the logic a reviewer reads.
 """
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import random
 
 import pytest
+
+BIN_GATHER = 32  # kBinGather: stop once the threshold's bin holds at most this many keys
 
 
 def pick_digit(hist: list[int], k_left: int, warp: int) -> tuple[int, int, int]:
@@ -42,11 +44,13 @@ def select(keys: list[int], k: int, warp: int) -> list[int]:
         prefix |= digit << shift
         mask |= 0xFF << shift
         k_left -= above
-        if k_left == count:
+        if k_left == count or count <= BIN_GATHER:
             break
     taken = [key for key in keys if key >= prefix]
-    assert len(taken) == k
-    return sorted(taken, reverse=True)
+    assert len(taken) == k - k_left + count <= k - 1 + BIN_GATHER or len(taken) == k
+    assert len(taken) <= 64 + BIN_GATHER  # RouteShared's taken arrays
+    ranked = sorted(taken, reverse=True)  # the kernel: position = how many gathered keys are larger
+    return ranked[:k]
 
 
 @pytest.mark.parametrize("warp", [32, 64])

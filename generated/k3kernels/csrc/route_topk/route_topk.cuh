@@ -102,13 +102,17 @@ K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - tie_rank[e]; }
 #error "no tie order and sigmoid for this backend: it is not a target of specs/route_topk.yaml"
 #endif
 
+// The select stops once the threshold's bin holds at most this many keys: gathering the whole bin and
+// ranking it beside the keys above it costs less than another pass and its barrier.
+constexpr int kBinGather = 32;
+
 // Shared memory of one routing block.
 struct RouteShared {
   alignas(16) uint32_t hist[3][256];  // pass p adds into hist[p % 3] and clears hist[(p + 2) % 3]
   uint32_t n_taken;  // slots of `taken` filled so far
-  uint64_t taken_key[64];
-  float taken_weight[64];
-  int32_t taken_id[64];
+  uint64_t taken_key[64 + kBinGather];  // the top K, or fewer above the threshold's bin plus that bin
+  float taken_weight[64 + kBinGather];
+  int32_t taken_id[64 + kBinGather];
   float sorted_weight[64];  // the picks in output order
   int32_t sorted_id[64];
 };
@@ -156,16 +160,18 @@ K3_DEVICE DigitPick pick_digit(const uint32_t* hist, uint32_t k_left) {
 }
 
 // Top-K of one row by radix select over the 48-bit composite key (rank key, tie priority): at most
-// six 8-bit passes whatever K is, fewer when a pass isolates the last bin (random rows: two or
-// three); composite keys are unique, so exactly K lie at or above the threshold. One barrier per
-// pass (pick_digit), one after the picks are gathered and one after they are sorted.
+// six 8-bit passes whatever K is, fewer when a pass leaves the threshold in a bin of at most
+// kBinGather keys, or one that lies wholly in the top K (random rows: two passes). Composite
+// keys are unique, so the keys at or above the threshold are the K - k_left above its bin plus the
+// bin, and the top K of those are the top K of the row. One barrier per pass (pick_digit), one after
+// the candidates are gathered and one after the K picks are placed.
 // `threads` threads call it together; outputs are sorted by rank key descending, ties in tie order.
 template <typename T_score, typename T_bias, int E, int K, int threads>
 K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
                          float* __restrict__ weights, int32_t* __restrict__ ids, bool renormalize, float scale) {
   static_assert(K <= 64 && E <= 4095, "RouteShared holds 64 picks; a bin count fits pick_digit's 12 bits");
-  static_assert(threads % K3_WARP_SIZE == 0 && threads <= 1024 && K <= threads,
-                "whole warps (each finds the digit itself); one thread per pick");
+  static_assert(threads % K3_WARP_SIZE == 0 && threads <= 1024 && K + kBinGather <= threads,
+                "whole warps (each finds the digit itself); one thread per gathered key");
   constexpr int per_thread = (E + threads - 1) / threads;
   const int t = threadIdx.x;
   uint64_t key[per_thread];
@@ -203,9 +209,11 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     prefix |= uint64_t(pick.digit) << shift;
     mask |= uint64_t(0xffu) << shift;
     k_left -= pick.above;
-    if (k_left == pick.count) break;  // the whole bin is in the top K: every key >= prefix is
+    // The whole bin is in the top K, or small enough to rank whole: gather every key >= prefix.
+    if (k_left == pick.count || pick.count <= uint32_t(kBinGather)) break;
   }
-  // Exactly K keys lie at or above prefix (its lower bits are zero): take them.
+  // K - k_left + count <= K - 1 + kBinGather keys lie at or above prefix (its lower bits are zero),
+  // the top K among them: gather them all.
 #pragma unroll
   for (int i = 0; i < per_thread; ++i) {
     const int e = t + i * threads;
@@ -217,13 +225,16 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     }
   }
   __syncthreads();
-  if (t < K) {  // rank of each pick among the K (keys are unique): its output position
+  const int gathered = int(sh.n_taken);
+  if (t < gathered) {  // rank among the gathered (keys are unique): the first K ranks are the output
     const uint64_t mine = sh.taken_key[t];
     int position = 0;
 #pragma unroll 8
-    for (int j = 0; j < K; ++j) position += sh.taken_key[j] > mine;
-    sh.sorted_weight[position] = sh.taken_weight[t];
-    sh.sorted_id[position] = sh.taken_id[t];
+    for (int j = 0; j < gathered; ++j) position += sh.taken_key[j] > mine;
+    if (position < K) {
+      sh.sorted_weight[position] = sh.taken_weight[t];
+      sh.sorted_id[position] = sh.taken_id[t];
+    }
   }
   __syncthreads();
   if (t < K) {
