@@ -130,7 +130,8 @@ def tune_family(family: str, replays: int, min_gain: float, log) -> dict:
     picks, discarded = {}, []
     try:
         for entry in data["variants"]:
-            variant = dict(entry["variant"], **data["oracle_spec"], **data["routing"].get(backend, {}))
+            # as the generated tests build it: the variant, then the spec, then the backend's routing
+            variant = {**entry["variant"], **data["oracle_spec"], **data["routing"].get(backend, {})}
             good = []
             for c, config in enumerate(configs):
                 force(c)
@@ -195,6 +196,8 @@ def render_table(result: dict, device: str) -> str:
     lines = [f"# Tuning table of {data['family']} on {device}, written by `k3gen tune --family {data['family']}`.",
              "# Review it like a spec: `k3gen build` checks it against " + data["spec"] + " (identity, buckets,",
              "# configs) and compiles one config per variant and bucket of M into the variant units.",
+             "# A row: the bucket's bound M (timed there), the pick and its us per call, the runner-up and",
+             "# margin = runner-up us / pick us - 1 (negative: faster, but not by --min-gain over the default).",
              f"format: {data['format']}", f"family: {data['family']}", f"device: {j(device)}",
              f"identity: {j(data['identity'])}", f"provenance: {j(provenance)}", f"knobs: {j(data['knobs'])}",
              f"buckets: {j(data['buckets'])}", "picks:"]

@@ -155,3 +155,54 @@ def test_a_table_whose_file_name_is_not_family_dot_device_is_refused(tmp_path, c
     rc, err = _build(root, capsys)
     assert rc == 2
     assert "the file name is not route_topk.DEVICE.yaml with DEVICE in [a-z0-9_]+" in err
+
+
+def test_tune_family_flow_without_a_gpu(monkeypatch, tmp_path):
+    """tune_family's control flow with the GPU parts stubbed: a config the oracle rejects is discarded and
+    never timed, the default stays unless another config is clearly faster, and the force is undone."""
+    import sys
+    import types
+
+    import k3gen.runtime.cache as cache
+    import k3gen.runtime.module as module
+
+    forced = []
+    lib = types.SimpleNamespace(k3_fake_tuning_force=lambda c: forced.append(c))
+    monkeypatch.setattr(tuning_run.ctypes, "CDLL", lambda path: lib)
+    monkeypatch.setattr(cache, "ensure_built", lambda request: tmp_path / "lib.so")
+    monkeypatch.setattr(module, "device_arch", lambda device=None: "sm_90a")
+    speed = {0: 5.0, 1: 3.0, 2: 4.99}  # config 1 is wrong (below), 2 is within min_gain of the default
+    monkeypatch.setattr(tuning_run, "time_graph_us", lambda fn, replays: speed[forced[-1]])
+    fam = types.ModuleType("k3kernels.fake")
+    fam.build = lambda: None
+    fam.MODULE = types.SimpleNamespace(request=lambda arch: arch)
+    fam.fake = lambda **args: forced[-1]
+    oracle = types.ModuleType("fake_oracle")
+    oracle.make_args = lambda variant, dims, layout, seed: {"M": dims["M"]}
+    oracle.reference = lambda variant, **args: 0
+    oracle.case_edge = lambda op, variant: None
+
+    def check(got, want, variant):
+        assert got != 1, "config 1 is wrong"
+
+    oracle.check = check
+    monkeypatch.setitem(sys.modules, "k3kernels.fake", fam)
+    monkeypatch.setitem(sys.modules, "fake_oracle", oracle)
+    data = {"format": 1, "family": "fake", "spec": "specs/fake.yaml", "identity": "ab" * 32, "knobs": ["t"],
+            "configs": [{"t": 256}, {"t": 128}, {"t": 512}], "buckets": [1, 128], "shape": {},
+            "oracle": "fake_oracle", "oracle_spec": {"constants": {}}, "routing": {}, "cases": ["edge"],
+            "variants": [{"name": "fake__v", "variant": {"x": "bf16"}}]}
+    gen = tmp_path / "generated"
+    (gen / "k3kernels" / "tuning").mkdir(parents=True)
+    (gen / "k3kernels" / "tuning" / "fake.json").write_text(json.dumps(data))
+    monkeypatch.setattr(tuning_run, "GENERATED", gen)
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    result = tuning_run.tune_family("fake", 3, 0.02, lambda line: None)
+    assert forced[-1] == -1
+    assert [d["config"] for d in result["discarded"]] == [{"t": 128}]
+    rows = result["picks"]["fake__v"]
+    assert [r["config"] for r in rows] == [{"t": 256}, {"t": 256}]  # 4.99 is not 2% faster than 5.0
+    assert rows[0]["runner_up"] == {"t": 512} and rows[0]["margin"] == pytest.approx(-0.002, abs=1e-3)  # faster, not by 2%
+    text = tuning_run.render_table(result, "NVIDIA H200")
+    assert '"config": {"t": 256}' in text and "discarded:\n  - " in text
