@@ -2,7 +2,7 @@
 # One call on the GPU machine (from the repo root there): `MODE=tests` builds every family (first
 # build and cached-load times), runs every generated GPU test, the fast-path GPU tests and, when
 # build/spec_edits was prepared here (python tests/spec_edits_gpu.py), the spec-edit suite's GPU half;
-# `MODE=bench` runs bench/bench.py (every family and the host path, against build/before when it
+# `MODE=tune` runs `k3gen tune --all`; `MODE=bench` runs bench/bench.py (every family and the host path, against build/before when it
 # exists). Logs and results are packed into $OUT/k3results-$MODE.tgz (the device tool returns 8 files).
 set -uo pipefail
 MODE=${MODE:-tests}
@@ -34,6 +34,10 @@ PY
     timeout "${EDITS_TIMEOUT:-200}" python3 build/spec_edits/run.py --json "$OUT/spec_edits.json" 2>&1 \
       | tee "$OUT/spec_edits.log" | tail -40
   fi
+elif [ "$MODE" = tune ]; then
+  # k3gen tune (issue 13): every family whose spec declares tuning; the tables land in $OUT/tuning
+  # (copy them into specs/tuning/ on the dev machine, then `k3gen build`).
+  timeout "${TUNE_TIMEOUT:-400}" python3 -m k3gen tune --all --out "$OUT/tuning" 2>&1 | tee "$OUT/tune.log"
 else
   timeout "${BENCH_TIMEOUT:-500}" python3 bench/bench.py --out "$OUT" $(for f in ${BENCH:-}; do echo --family "$f"; done) \
     2>&1 | grep -v Warning | tee "$OUT/bench.log"

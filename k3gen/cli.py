@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import tuning_run
 from .costs import CostTableError
 from .errors import SpecErrors, UnknownFamilyError
 from .write import GeneratedTreeError
@@ -169,6 +170,14 @@ def cmd_new(root: Path, args) -> int:
     return 0
 
 
+def cmd_tune(root: Path, args) -> int:
+    """Never reached: main() hands `k3gen tune ...` to k3gen.tuning_run before parsing, since the tuner
+    runs on GPU machines from generated/ alone (no spec loader)."""
+    from .tuning_run import main as tune
+
+    return tune(["--help"])
+
+
 def cmd_schema(root: Path | None, args) -> int:
     from .model import KernelSpec
 
@@ -200,6 +209,7 @@ COMMANDS = {
                        "specializations, keys, gates, cost per arch, generated files",
              ["k3gen diff", "k3gen diff origin/main --format markdown > review.md",
               "k3gen diff --family situ_and_mul --check-budget"]),
+    "tune": (cmd_tune, tuning_run.HELP, tuning_run.EXAMPLES),
     "new": (cmd_new, "scaffold specs/NAME.yaml, its kernel template and oracle: a family whose tests fail until "
                      "filled in", ["k3gen new my_kernel && k3gen build"]),
 }
@@ -244,6 +254,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["tune"]:  # the GPU half parses its own flags and needs no spec loader
+        from .tuning_run import main as tune
+
+        return tune(argv[1:])
     args = make_parser().parse_args(argv)
     fn = COMMANDS[args.command][0]
     if args.command == "schema":

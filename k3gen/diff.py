@@ -214,10 +214,25 @@ def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
     out += _keyed("flag", a.flags, b.flags, _flag_text)
     out += _keyed("runner", {r.name: r for r in getattr(old, "runners", [])},
                   {r.name: r for r in getattr(new, "runners", [])}, _dumped)
-    for name in ("summary", "template", "vector", "fast_math", "signature", "oracle", "tests", "budget"):
+    out += _keyed("tuning pick", _picks(old), _picks(new), str)  # specs/tuning/<family>.<device>.yaml
+    for name in ("summary", "template", "vector", "fast_math", "signature", "oracle", "tests", "budget", "tuning"):
         va, vb = _dumped(getattr(a, name)), _dumped(getattr(b, name))
         if va != vb:
             out.append(Change("field", name, va, vb))
+    return out
+
+
+def _picks(p: FamilyPlan) -> dict[str, str]:
+    """The config the family's tuning table picks per variant and bucket (nothing without a table)."""
+    t = getattr(p, "tuning", None)
+    if t is None or t.table_file is None:
+        return {}
+    low, out = 0, {}
+    for i, high in enumerate(t.buckets):
+        for v in p.variants:
+            config = t.bucket_configs(v.name)[i]
+            out[f"{v.name} {low} < M <= {high}"] = t.label(config) + (" (default)" if config == 0 else "")
+        low = high
     return out
 
 

@@ -264,6 +264,16 @@ def check_spec(ls, limits: TemplateLimits) -> list[SpecError]:
                                                     f"({limits.at(rule.line)}); declare it, e.g. `{name}: {example}`"))
         elif not rule.allows(s.constants[name]):
             beyond(("constants", name), f"constant {name} = {_shown(s.constants[name])}", rule)
+    knobs = s.tuning.knobs if s.tuning is not None else {}
+    for name, values in knobs.items():  # each candidate is compiled: the same limits as the constant
+        rule = limits.section("constants").get(name)
+        if rule is None:
+            errors.append(ls.error(("tuning", "knobs", name), f"{where}limits.yaml declares no constant '{name}'; "
+                                                              "a knob must be a constant the template reads"))
+            continue
+        for i, value in enumerate(values):
+            if not rule.allows(value):
+                beyond(("tuning", "knobs", name, i), f"candidate {name} = {_shown(value)}", rule)
     errors += _check_vector(ls, limits, beyond)
     if not errors:  # the relations assume every name above is declared and in range
         errors += _check_relations(ls, limits)

@@ -7,6 +7,7 @@ error can point at the exact YAML line below the field.
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, \
@@ -411,6 +412,42 @@ class Budget(SpecModel):
         return self
 
 
+class Tuning(SpecModel):
+    """Knobs `k3gen tune` picks per bucket of M (specs/tuning/<family>.<device>.yaml holds the picks).
+
+    A knob is a constant of the spec whose candidates are template arguments like the dtypes: every
+    candidate config is compiled into each variant's unit, and the checked-in table chooses one per
+    bucket. The constant's own value is the default config, run where no table applies."""
+
+    knobs: dict[Ident, list[Annotated[StrictInt, _checked(_positive)]]] = Field(
+        description="constant -> its candidate values (the constant's value among them: the default)")
+    buckets: list[Annotated[StrictInt, _checked(_positive)]] = Field(
+        description="upper bounds of M, increasing: bucket i holds buckets[i-1] < M <= buckets[i]")
+
+    @field_validator("knobs")
+    @classmethod
+    def _knobs(cls, knobs):
+        if not knobs:
+            raise FieldError("no knobs; name at least one constant with its candidates, or drop `tuning:`")
+        FieldError.collect([((k, *sub), msg) for k, vs in knobs.items() for sub, msg in _duplicates(vs, "value")])
+        empty = [k for k, vs in knobs.items() if not vs]
+        if empty:
+            raise FieldError(f"knob {empty[0]} has no candidates; list at least one value")
+        if math.prod(len(vs) for vs in knobs.values()) > 8:
+            raise FieldError("more than 8 candidate configs; tuning must stay quick (issue 13): drop candidates")
+        return knobs
+
+    @field_validator("buckets")
+    @classmethod
+    def _buckets(cls, buckets):
+        if not buckets:
+            raise FieldError("no buckets; list the upper bounds of M, e.g. [1, 128, 1024]")
+        for i in range(1, len(buckets)):
+            if buckets[i] <= buckets[i - 1]:
+                FieldError.collect([((i,), f"bucket {buckets[i]} is not above {buckets[i - 1]}; list them increasing")])
+        return buckets
+
+
 def _oracle_problem(value: str) -> str | None:
     """Oracles are modules of the project's oracle package, named by the grammar alone (no paths)."""
     if grammar.ORACLE.match(value):
@@ -451,6 +488,7 @@ class KernelSpec(SpecModel):
         description="module holding reference(), make_args() and the test cases: k3gen.oracles.NAME")
     tests: Tests
     budget: Budget | None = Field(None, description="build cost the family may not exceed, per arch")
+    tuning: Tuning | None = Field(None, description="knobs tuned per bucket of M by `k3gen tune`")
 
     @field_validator("tie_order", "sigmoid", mode="before")
     @classmethod

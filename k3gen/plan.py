@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import routing, spellings
+from . import routing, spellings, tuning
 from .dtypes import DTYPES
 from .errors import SpecError, SpecErrors
 from .bounds import KEY_BITS
@@ -96,6 +96,7 @@ class FamilyPlan:
     selects: dict[str, Expr] = field(default_factory=dict)  # call-time flag -> its select expression
     limits: object = None  # k3gen.limits.TemplateLimits of the template: static_asserts in launch()
     located: object = None  # the spec's yaml_lines.LocatedData: plan and render errors name its lines
+    tuning: object = None  # k3gen.tuning.Tuning: knobs, configs and the table's picks; None: no knobs
 
     @property
     def name(self) -> str:
@@ -116,8 +117,8 @@ class FamilyPlan:
     def template_param_names(self) -> str:
         return spellings.template_param_names(self)
 
-    def template_args(self, v: Variant, backend: str) -> str:
-        return spellings.template_args(self, v, backend)
+    def template_args(self, v: Variant, backend: str, config: int = 0) -> str:
+        return spellings.template_args(self, v, backend, config)
 
     def param_enums(self) -> list[tuple[str, int]]:
         return spellings.param_enums(self)
@@ -148,6 +149,8 @@ def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
     for ls in loaded:
         try:
             plans.append(resolve_family(ls, root))
+        except SpecErrors as exc:  # a tuning table that does not fit the spec (k3gen.tuning)
+            errors += exc.errors
         except (KeyError, ValueError, TypeError, IndexError) as exc:  # the loader's checks let it through
             errors.append(ls.error(("kernel",), f"k3gen cannot resolve this spec ({type(exc).__name__}: {exc}); "
                                                 "a rule k3gen.spec_checks lacks: report it with this spec"))
@@ -195,7 +198,8 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
                       [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
                       [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "",
                       ls.runners.table.dense_bf16_check if ls.runners else None,
-                      dims, selects, read_limits(root, s.template)[0], ls.located)
+                      dims, selects, read_limits(root, s.template)[0], ls.located,
+                      tuning.resolve(s, ls.file, root, [v.name for v in variants]))
 
 
 def _arg_fields(s: KernelSpec) -> list[ArgField]:

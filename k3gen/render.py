@@ -4,13 +4,15 @@ One function per output kind; templates get the plan (C++ spellings and keys alr
 """
 from __future__ import annotations
 
+import itertools
+import json
 import re
 import textwrap
 from pathlib import Path
 
 import jinja2
 
-from . import docs, escape, pyformat, routing
+from . import docs, escape, pyformat, routing, tuning
 from .bounds import KEY_BITS
 from .contracts import DENSE_BF16
 from .errors import SpecError, SpecErrors
@@ -68,6 +70,9 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
     for p in plans:
         try:
             rendered = {**render_family(env, p, families), **render_doc(env, p)}
+        except SpecErrors as exc:  # a tuning table that measured another kernel (k3gen.tuning)
+            errors += exc.errors
+            continue
         except (jinja2.TemplateError, KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
             errors.append(located(p, exc, root))
             continue
@@ -122,6 +127,12 @@ def render_family(env: jinja2.Environment, p: FamilyPlan, families: dict | None 
     out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
     header = KERNEL_HEADER.format(name=p.name)
     out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **common)
+    if p.tuning is not None:  # what a tuning table measures: the kernel code, before any picks
+        current = tuning.identity(p, out[f"{csrc}/{header}"], _render(env, "common/k3_backend.h.j2", None))
+        tuning.check_identity(p, current)
+        data = {"@generated": f"by k3gen from {p.file}; do not edit; run `k3gen build`",
+                **tuning.tuner_data(p, current, oracle_spec(p))}
+        out[f"k3kernels/tuning/{p.name}.json"] = json.dumps(data, indent=1, sort_keys=True) + "\n"
     for backend in p.backends:
         ctx = dict(common, backend=backend, kernel_header=header)
         for v in p.variants:

@@ -220,3 +220,29 @@ def _routing(s):
         check_routing(s)
     except FieldError as exc:
         yield from exc.items
+
+
+@rule("tuning", "constants", "signature", "tests")
+def _tuning(s):
+    """Knobs are constants with their own value among the candidates; every bucket holds a test size,
+    so the generated tests run every config a table can pick (issue 13)."""
+    if s.tuning is None:
+        return
+    for knob, values in s.tuning.knobs.items():
+        if knob not in s.constants:
+            yield ("tuning", "knobs", knob), (f"{ascii(knob)[:60]} is not a constant{_suggest(knob, s.constants)}; "
+                                              f"a knob is a constant the template reads: "
+                                              f"{', '.join(s.constants) or 'none declared'}")
+        elif s.constants[knob] not in values:
+            yield ("tuning", "knobs", knob), (f"the default {knob} = {s.constants[knob]} (constants.{knob}) is not a "
+                                              f"candidate; list it among {values}")
+    if "M" not in s.signature.dims:
+        yield ("tuning", "buckets"), "buckets are on dim M, which the signature does not declare"
+        return
+    sizes = s.tests.dims.get("M", [])
+    low = 0
+    for i, high in enumerate(s.tuning.buckets):
+        if not any(low < m <= high for m in sizes):
+            yield ("tuning", "buckets", i), (f"no test size lies in bucket {low} < M <= {high}; add one to "
+                                             "tests.dims.M, so the generated tests run the config it picks")
+        low = high

@@ -48,7 +48,8 @@ def template_params(p: FamilyPlan) -> str:
     ps = [f"typename T_{a}" for a in p.spec.dtypes.axes]
     ps += [f"int {n}" for n in p.spec.params]
     ps += [f"bool {f}" for f in p.call_flags]
-    return ", ".join([*ps, "bool FAST_MATH", "int VEC"])
+    knobs = [f"int {k}" for k in p.tuning.knobs] if p.tuning else []  # a knob's name shadows its constant
+    return ", ".join([*ps, "bool FAST_MATH", "int VEC", *knobs])
 
 
 def template_param_names(p: FamilyPlan) -> str:
@@ -61,11 +62,13 @@ def param_cpp(p: FamilyPlan, param: str, value) -> int:
     return values.index(value) if isinstance(value, str) else value
 
 
-def template_args(p: FamilyPlan, v: Variant, backend: str) -> str:
+def template_args(p: FamilyPlan, v: Variant, backend: str, config: int = 0) -> str:
+    """launch<...>'s arguments for variant v with tuning config `config` (0: the spec's default)."""
     xs = [cpp_type(d, backend) for d in v.dtypes.values()]
     xs += [str(param_cpp(p, n, val)) for n, val in v.params.items()]
     xs += [cpp_bool(b) for b in v.flags.values()]
-    return ", ".join([*xs, cpp_bool(v.fast_math), str(v.vec)])
+    knobs = [f"/*{k}=*/{val}" for k, val in p.tuning.configs[config].items()] if p.tuning else []
+    return ", ".join([*xs, cpp_bool(v.fast_math), str(v.vec), *knobs])
 
 
 def param_enums(p: FamilyPlan) -> list[tuple[str, int]]:

@@ -21,7 +21,7 @@ from support import FROZEN_SPEC, SPEC_FILE
 VALID = FROZEN_SPEC.read_text()
 BAD = "specs/bad.yaml"
 TOP_KEYS = ("kernel, summary, template, targets, constants, dtypes, params, flags, vector, fast_math, "
-            "signature, gates, tie_order, sigmoid, oracle, tests, budget")
+            "signature, gates, tie_order, sigmoid, oracle, tests, budget, tuning")
 EXCLUDE_1 = '    - {in: bf16, out: fp16, reason: "no consumer mixes half formats; cast the bf16 output instead"}\n'
 
 

@@ -139,6 +139,9 @@ DIMS = [
     {"M": 4096, "K": 128},
     {"M": 4096, "K": 3584},
     {"M": 4096, "K": 7168},
+    {"M": 16384, "K": 128},
+    {"M": 16384, "K": 3584},
+    {"M": 16384, "K": 7168},
 ]
 LAYOUTS = ["dense", "strided"]
 CASES = ["empty", "zeros", "nan", "inf", "fp8_limits", "subnormal", "out_given", "noncontiguous"]

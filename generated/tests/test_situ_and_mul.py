@@ -51,6 +51,9 @@ DIMS = [
     {"M": 4096, "D": 256},
     {"M": 4096, "D": 2048},
     {"M": 4096, "D": 3584},
+    {"M": 16384, "D": 256},
+    {"M": 16384, "D": 2048},
+    {"M": 16384, "D": 3584},
 ]
 LAYOUTS = ["dense", "strided"]
 CASES = ["empty", "nan", "no_linear_beta", "out_given"]

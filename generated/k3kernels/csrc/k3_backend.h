@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <atomic>       // k3::Tuning: the forced config and the miss count, shared by every thread
 #include <type_traits>  // std::is_same: the dtype limits' static_asserts (k3gen.limits)
 
 #if defined(__HIP__) || defined(__HIPCC__)
@@ -168,6 +169,25 @@ K3_DEVICE T shfl_down(T v, unsigned delta) {
 #endif
 }
 
+// Lane `src`'s value of v, in every lane.
+template <typename T>
+K3_DEVICE T shfl(T v, int src) {
+#if K3_CUDA
+  return __shfl_sync(0xffffffffu, v, src);
+#else
+  return __shfl(v, src);
+#endif
+}
+
+// The lowest lane whose pred is true (-1 when none); every lane gets the same answer.
+K3_DEVICE int first_lane(bool pred) {
+#if K3_CUDA
+  return __ffs(__ballot_sync(0xffffffffu, pred)) - 1;
+#else
+  return __ffsll(static_cast<unsigned long long>(__ballot(pred))) - 1;
+#endif
+}
+
 // Inclusive prefix sum across a warp (CUDA: shuffles) or a 64-lane wave (HIP: DPP row shifts and
 // row broadcasts, the wave64 idiom: four in-row steps, then rows 1/3 and 2/3 take their carries).
 K3_DEVICE uint32_t warp_inclusive_scan(uint32_t v) {
@@ -268,6 +288,28 @@ struct DeviceScope {
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
 };
+
+// Tuned dispatch (k3gen.tuning): the config of the first bucket of M whose bound is >= M. Past the
+// last bucket the spec's default config (0) runs and the miss is counted; the first miss of the
+// process prints one line, so an untuned shape is never silent. `forced` (k3_<family>_tuning_force,
+// for k3gen.tuning_run) overrides the table while it is >= 0.
+struct Tuning {
+  std::atomic<int> forced{-1};
+  std::atomic<long long> misses{0};
+  std::atomic<bool> logged{false};
+};
+
+inline int pick_config(Tuning& tu, int64_t m, const int64_t* bucket_max, const int8_t* config, int buckets,
+                       const char* family, const char* miss_note) {
+  const int forced = tu.forced.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced;
+  for (int i = 0; i < buckets; ++i)
+    if (m <= bucket_max[i]) return config[i];
+  tu.misses.fetch_add(1, std::memory_order_relaxed);
+  if (!tu.logged.exchange(true, std::memory_order_relaxed))
+    fprintf(stderr, "k3gen: %s: M = %lld is in no tuned bucket; %s\n", family, static_cast<long long>(m), miss_note);
+  return 0;
+}
 
 // Write a message into the caller's buffer; the entry point returns non-zero.
 inline int fail(char* err, size_t err_len, const char* msg) {

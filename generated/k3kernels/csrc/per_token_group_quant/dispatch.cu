@@ -61,6 +61,7 @@ int per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_col__fuse_
 int per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 int per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 
+k3::Tuning tuning;
 }  // namespace k3_per_token_group_quant
 
 extern "C" int k3_per_token_group_quant_launch(int64_t key, const k3_per_token_group_quant::Args* a, void* stream, int device, char* err, size_t err_len) {
@@ -126,3 +127,8 @@ extern "C" int k3_per_token_group_quant_launch(int64_t key, const k3_per_token_g
       return k3::fail(err, err_len, "per_token_group_quant: no variant for this key; generated: (in) in {(bf16), (fp16), (fp32)}");
   }
 }
+
+// Tuning (k3gen.tuning_run): run config `config` whatever M is (-1: the table again), and how many
+// calls fell outside every tuned bucket.
+extern "C" void k3_per_token_group_quant_tuning_force(int config) { k3_per_token_group_quant::tuning.forced.store(config); }
+extern "C" long long k3_per_token_group_quant_tuning_misses() { return k3_per_token_group_quant::tuning.misses.load(); }

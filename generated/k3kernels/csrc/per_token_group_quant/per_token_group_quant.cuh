@@ -103,7 +103,7 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
 }
 
 // threadIdx.x walks a row in 16-element steps, threadIdx.y picks the row.
-template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC>
+template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC, int block_threads>
 __global__ void __launch_bounds__(block_threads)
 quant_kernel(const T_in* __restrict__ x, int64_t x_stride0, uint8_t* __restrict__ q, void* __restrict__ scale,
              int64_t M, int64_t K) {
@@ -121,7 +121,7 @@ quant_kernel(const T_in* __restrict__ x, int64_t x_stride0, uint8_t* __restrict_
 
 // Block shape: a row's threads in the fewest chunks of at most block_threads (whole warps, so
 // groups never straddle warps), rows stacked when a row needs fewer threads than a block holds.
-template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC>
+template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC, int block_threads>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
   #if K3_CUDA
   static_assert(std::is_same<T_in, __nv_bfloat16>::value || std::is_same<T_in, __half>::value || std::is_same<T_in, float>::value, "in: templates/per_token_group_quant/limits.yaml:6 allows bf16, fp16, fp32");
@@ -141,7 +141,7 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   const int ty = tx >= block_threads ? 1 : block_threads / tx;
   const int64_t row_blocks = (a.M + ty - 1) / ty;
   const dim3 grid(unsigned(chunks), unsigned(row_blocks < 65535 ? row_blocks : 65535));
-  return k3::launch(quant_kernel<T_in, group_size, scale_format, fuse_silu_and_mul, FAST_MATH, VEC>, grid, dim3(tx, ty), 0, stream, K3_PDL,
+  return k3::launch(quant_kernel<T_in, group_size, scale_format, fuse_silu_and_mul, FAST_MATH, VEC, block_threads>, grid, dim3(tx, ty), 0, stream, K3_PDL,
                     static_cast<const T_in*>(a.x), a.x_stride0, static_cast<uint8_t*>(a.out), a.out_scale, a.M,
                     a.K);
 }

@@ -18,6 +18,8 @@ constexpr int scale_format_fp32_row = 0;
 constexpr int scale_format_fp32_col = 1;
 constexpr int scale_format_ue8m0 = 2;
 
+extern k3::Tuning tuning;
+
 struct Args {
   const void* x;
   int64_t x_stride0;

@@ -10,6 +10,7 @@ int route_topk__score_bf16__bias_fp32(const Args& a, k3_stream_t stream, char* e
 int route_topk__score_bf16__bias_bf16(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 int route_topk__score_fp32__bias_fp32(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 
+k3::Tuning tuning;
 }  // namespace k3_route_topk
 
 extern "C" int k3_route_topk_launch(int64_t key, const k3_route_topk::Args* a, void* stream, int device, char* err, size_t err_len) {
@@ -24,3 +25,8 @@ extern "C" int k3_route_topk_launch(int64_t key, const k3_route_topk::Args* a, v
       return k3::fail(err, err_len, "route_topk: no variant for this key; generated: (score, bias) in {(bf16, fp32), (bf16, bf16), (fp32, fp32)}");
   }
 }
+
+// Tuning (k3gen.tuning_run): run config `config` whatever M is (-1: the table again), and how many
+// calls fell outside every tuned bucket.
+extern "C" void k3_route_topk_tuning_force(int config) { k3_route_topk::tuning.forced.store(config); }
+extern "C" long long k3_route_topk_tuning_misses() { return k3_route_topk::tuning.misses.load(); }

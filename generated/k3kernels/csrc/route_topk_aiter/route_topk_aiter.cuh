@@ -160,28 +160,76 @@ K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - tie_rank[e]; }
 #error "no tie order and sigmoid for this backend: it is not a target of specs/route_topk_aiter.yaml"
 #endif
 
+// The select stops once the threshold's bin holds at most this many keys: gathering the whole bin and
+// ranking it beside the keys above it costs less than another pass and its barrier.
+constexpr int kBinGather = 32;
+
 // Shared memory of one routing block.
 struct RouteShared {
-  uint32_t hist[2][256];  // double-buffered: a pass clears the next pass's buffer
-  uint32_t warp_total[1024 / K3_WARP_SIZE];
-  uint32_t digit;    // the threshold's digit found by the current pass
-  uint32_t k_left;   // how many of the top-K still lie at or below the current prefix
-  uint32_t done;     // the threshold's bin holds exactly the k_left still missing: stop early
+  alignas(16) uint32_t hist[3][256];  // pass p adds into hist[p % 3] and clears hist[(p + 2) % 3]
   uint32_t n_taken;  // slots of `taken` filled so far
-  uint64_t taken_key[64];
-  float taken_weight[64];
-  int32_t taken_id[64];
-  float denom;
+  uint64_t taken_key[64 + kBinGather];  // the top K, or fewer above the threshold's bin plus that bin
+  float taken_weight[64 + kBinGather];
+  int32_t taken_id[64 + kBinGather];
+  float sorted_weight[64];  // the picks in output order
+  int32_t sorted_id[64];
 };
 
+// The bin that holds the k_left-th largest candidate, counting from digit 255 down: every warp reads
+// the whole 256-bin histogram and finds the same bin, so a pass needs one barrier, not a cross-warp
+// scan through shared memory with two more. Lane l holds digits [256 - n(l + 1), 256 - n l), n = 256 /
+// warp size, so a prefix sum over lanes counts the candidates above each lane's digits.
+struct DigitPick {
+  uint32_t digit;  // the bin
+  uint32_t count;  // candidates in it
+  uint32_t above;  // candidates in higher bins (fewer than k_left; above + count >= k_left)
+};
+K3_DEVICE DigitPick pick_digit(const uint32_t* hist, uint32_t k_left) {
+  constexpr int per_lane = 256 / K3_WARP_SIZE;
+  static_assert(per_lane % 4 == 0, "16-byte reads of the histogram");
+  const int lane = int(threadIdx.x % K3_WARP_SIZE);
+  const int low = 256 - per_lane * (lane + 1);
+  uint32_t c[per_lane];
+#pragma unroll
+  for (int i = 0; i < per_lane; i += 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(hist + low + i);
+    c[i] = v.x;
+    c[i + 1] = v.y;
+    c[i + 2] = v.z;
+    c[i + 3] = v.w;
+  }
+  uint32_t total = 0;
+#pragma unroll
+  for (int i = 0; i < per_lane; ++i) total += c[i];
+  uint32_t above = k3::warp_inclusive_scan(total) - total;
+  // One word, one shuffle: digit (8 bits), count (at most E <= 4095: 12 bits), above (< k_left <= 64).
+  uint32_t packed = 0;
+  bool found = false;  // exactly one bin of the warp: the running count crosses k_left once
+#pragma unroll
+  for (int i = per_lane - 1; i >= 0; --i) {
+    if (above < k_left && above + c[i] >= k_left) {
+      found = true;
+      packed = uint32_t(low + i) | (c[i] << 8) | (above << 20);
+    }
+    above += c[i];
+  }
+  packed = k3::shfl(packed, k3::first_lane(found));
+  return {packed & 0xffu, (packed >> 8) & 0xfffu, packed >> 20};
+}
+
 // Top-K of one row by radix select over the 48-bit composite key (rank key, tie priority): at most
-// six 8-bit passes whatever K is, fewer when a pass isolates the last bin; composite keys are unique,
-// so exactly K lie at or above the threshold.
+// six 8-bit passes whatever K is, fewer when a pass leaves the threshold in a bin of at most
+// kBinGather keys, or one that lies wholly in the top K (random rows: two passes). Composite
+// keys are unique, so the keys at or above the threshold are the K - k_left above its bin plus the
+// bin, and the top K of those are the top K of the row. One barrier per pass (pick_digit), one after
+// the candidates are gathered and one after the K picks are placed.
 // `threads` threads call it together; outputs are sorted by rank key descending, ties in tie order.
 template <typename T_score, typename T_bias, int E, int K, int threads>
 K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
                          float* __restrict__ weights, int32_t* __restrict__ ids, bool renormalize, float scale) {
-  static_assert(K <= 64 && E <= 65535 && threads == 256, "one bin per thread; ids fit the tie field");
+  static_assert(K <= 64 && E <= 4095, "RouteShared holds 64 picks; a bin count fits pick_digit's 12 bits");
+  static_assert(threads % K3_WARP_SIZE == 0 && threads <= 1024 && K + kBinGather <= threads,
+                "whole warps (each finds the digit itself); one thread per gathered key");
   constexpr int per_thread = (E + threads - 1) / threads;
   const int t = threadIdx.x;
   uint64_t key[per_thread];
@@ -197,44 +245,33 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
       key[i] = (uint64_t(rank_key(s + k3::to_float(bias[e]))) << 16) | tie_priority(e);
     }
   }
-  sh.hist[0][t] = 0;
-  if (t == 0) {
-    sh.k_left = K;
-    sh.done = 0;
-  }
+  for (int b = t; b < 2 * 256; b += threads) sh.hist[0][b] = 0;  // the bins of passes 0 and 1
+  if (t == 0) sh.n_taken = 0;
   __syncthreads();
+  // Invariant: exactly k_left of the top K have (key & mask) == prefix; the others lie above it.
   uint64_t prefix = 0, mask = 0;
+  uint32_t k_left = K;
 #pragma unroll 1
   for (int pass = 0, shift = 40; shift >= 0; ++pass, shift -= 8) {
-    uint32_t* hist = sh.hist[pass & 1];
+    uint32_t* hist = sh.hist[pass % 3];
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
       const bool candidate = t + i * threads < E && (key[i] & mask) == prefix;
       k3::histogram_add(hist, uint32_t(key[i] >> shift) & 0xffu, candidate);
     }
     __syncthreads();
-    // Thread t holds digit 255 - t, so a prefix sum counts the candidates at or above each digit.
-    const uint32_t count = hist[255 - t];
-    uint32_t at_or_above = k3::warp_inclusive_scan(count);
-    const int warp = t / K3_WARP_SIZE;
-    if (t % K3_WARP_SIZE == K3_WARP_SIZE - 1) sh.warp_total[warp] = at_or_above;
-    const uint32_t k_left = sh.k_left;  // read before the barrier: one thread rewrites it after
-    __syncthreads();
-    for (int w = 0; w < warp; ++w) at_or_above += sh.warp_total[w];
-    if (at_or_above >= k_left && at_or_above - count < k_left) {  // exactly one thread
-      sh.digit = 255 - t;
-      sh.k_left = k_left - (at_or_above - count);
-      sh.done = sh.k_left == count;
-    }
-    sh.hist[(pass + 1) & 1][t] = 0;
-    __syncthreads();
-    prefix |= uint64_t(sh.digit) << shift;
+    // hist[(pass + 2) % 3] was last read in the previous pass, which every warp finished before the
+    // barrier above; it is next added into two passes on, after a barrier this thread reaches later.
+    for (int b = t; b < 256; b += threads) sh.hist[(pass + 2) % 3][b] = 0;
+    const DigitPick pick = pick_digit(hist, k_left);  // the same in every warp: the loop stays uniform
+    prefix |= uint64_t(pick.digit) << shift;
     mask |= uint64_t(0xffu) << shift;
-    if (sh.done) break;  // every key at or above prefix (lower bits zero) is in the top K
+    k_left -= pick.above;
+    // The whole bin is in the top K, or small enough to rank whole: gather every key >= prefix.
+    if (k_left == pick.count || pick.count <= uint32_t(kBinGather)) break;
   }
-  // Exactly K keys lie at or above prefix: take them.
-  if (t == 0) sh.n_taken = 0;
-  __syncthreads();
+  // K - k_left + count <= K - 1 + kBinGather keys lie at or above prefix (its lower bits are zero),
+  // the top K among them: gather them all.
 #pragma unroll
   for (int i = 0; i < per_thread; ++i) {
     const int e = t + i * threads;
@@ -246,36 +283,30 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     }
   }
   __syncthreads();
-  // Rank of each taken key among the K (keys are unique): its output position.
-  int position = 0;
-  if (t < K) {
-    for (int j = 0; j < K; ++j) position += sh.taken_key[j] > sh.taken_key[t];
+  const int gathered = int(sh.n_taken);
+  if (t < gathered) {  // rank among the gathered (keys are unique): the first K ranks are the output
+    const uint64_t mine = sh.taken_key[t];
+    int position = 0;
+#pragma unroll 8
+    for (int j = 0; j < gathered; ++j) position += sh.taken_key[j] > mine;
+    if (position < K) {
+      sh.sorted_weight[position] = sh.taken_weight[t];
+      sh.sorted_id[position] = sh.taken_id[t];
+    }
   }
   __syncthreads();
-  uint64_t my_key = t < K ? sh.taken_key[t] : 0;
-  float my_weight = t < K ? sh.taken_weight[t] : 0.0f;
-  int32_t my_id = t < K ? sh.taken_id[t] : 0;
-  __syncthreads();
   if (t < K) {
-    sh.taken_key[position] = my_key;
-    sh.taken_weight[position] = my_weight;
-    sh.taken_id[position] = my_id;
-  }
-  __syncthreads();
-  if (t == 0) {
-    // Sum in rank order, one fp32 add at a time: the oracle sums the same way, bit for bit.
+    // Each writer sums in rank order, one fp32 add at a time: the oracle sums the same way, bit for bit.
     float sum = 0.0f;
-    for (int j = 0; j < K; ++j) sum += sh.taken_weight[j];
-    sh.denom = renormalize && sum > 0.0f ? sum : 1.0f;
-  }
-  __syncthreads();
-  if (t < K) {
-    weights[t] = sh.taken_weight[t] / sh.denom * scale;
-    ids[t] = sh.taken_id[t];
+#pragma unroll 8
+    for (int j = 0; j < K; ++j) sum += sh.sorted_weight[j];
+    const float denom = renormalize && sum > 0.0f ? sum : 1.0f;
+    weights[t] = sh.sorted_weight[t] / denom * scale;
+    ids[t] = sh.sorted_id[t];
   }
 }
 
-template <typename T_score, typename T_bias, bool FAST_MATH, int VEC>
+template <typename T_score, typename T_bias, bool FAST_MATH, int VEC, int block_threads>
 __global__ void __launch_bounds__(block_threads)
 route_topk_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, const T_bias* __restrict__ bias,
                   float* __restrict__ weights, int32_t* __restrict__ ids, int32_t renormalize, float scale) {
@@ -288,7 +319,7 @@ route_topk_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, co
                                                                  renormalize != 0, scale);
 }
 
-template <typename T_score, typename T_bias, bool FAST_MATH, int VEC>
+template <typename T_score, typename T_bias, bool FAST_MATH, int VEC, int block_threads>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
   #if K3_CUDA
   static_assert(std::is_same<T_score, __nv_bfloat16>::value || std::is_same<T_score, __half>::value || std::is_same<T_score, float>::value, "score: templates/route_topk/limits.yaml:5 allows bf16, fp16, fp32");
@@ -302,10 +333,10 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   #endif
   static_assert(num_experts >= 1 && num_experts <= 1024, "num_experts: templates/route_topk/limits.yaml:10 allows at least 1; at most 1024");
   static_assert(top_k >= 1 && top_k <= 64, "top_k: templates/route_topk/limits.yaml:14 allows at least 1; at most 64");
-  static_assert((block_threads == 256), "block_threads: templates/route_topk/limits.yaml:15 allows 256");
-  static_assert((VEC == 1), "vector.elements: templates/route_topk/limits.yaml:17 allows 1");
-  static_assert((top_k <= num_experts), "templates/route_topk/limits.yaml:19 requires top_k <= num_experts: the top-k of num_experts experts");
-  return k3::launch(route_topk_kernel<T_score, T_bias, FAST_MATH, VEC>, dim3(unsigned(a.M)), dim3(block_threads), 0,
+  static_assert((block_threads == 128 || block_threads == 256 || block_threads == 512), "block_threads: templates/route_topk/limits.yaml:15 allows 128, 256, 512");
+  static_assert((VEC == 1), "vector.elements: templates/route_topk/limits.yaml:19 allows 1");
+  static_assert((top_k <= num_experts), "templates/route_topk/limits.yaml:21 requires top_k <= num_experts: the top-k of num_experts experts");
+  return k3::launch(route_topk_kernel<T_score, T_bias, FAST_MATH, VEC, block_threads>, dim3(unsigned(a.M)), dim3(block_threads), 0,
                     stream, K3_PDL, static_cast<const T_score*>(a.scores), a.scores_stride0,
                     static_cast<const T_bias*>(a.bias), static_cast<float*>(a.out_weights),
                     static_cast<int32_t*>(a.out_ids), a.renormalize, a.routed_scaling_factor);

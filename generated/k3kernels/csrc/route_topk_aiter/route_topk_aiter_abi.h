@@ -16,6 +16,8 @@ constexpr int top_k = 16;
 constexpr int max_tokens = 1024;
 constexpr int block_threads = 256;
 
+extern k3::Tuning tuning;
+
 struct Args {
   const void* scores;
   int64_t scores_stride0;

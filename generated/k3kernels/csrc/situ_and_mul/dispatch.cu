@@ -15,6 +15,7 @@ int situ_and_mul__in_fp32__out_bf16__has_linear_beta_on(const Args& a, k3_stream
 int situ_and_mul__in_fp32__out_fp32__has_linear_beta_off(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 int situ_and_mul__in_fp32__out_fp32__has_linear_beta_on(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 
+k3::Tuning tuning;
 }  // namespace k3_situ_and_mul
 
 extern "C" int k3_situ_and_mul_launch(int64_t key, const k3_situ_and_mul::Args* a, void* stream, int device, char* err, size_t err_len) {
@@ -34,3 +35,8 @@ extern "C" int k3_situ_and_mul_launch(int64_t key, const k3_situ_and_mul::Args* 
       return k3::fail(err, err_len, "situ_and_mul: no variant for this key; generated: (in, out) in {(bf16, bf16), (fp16, fp16), (fp32, bf16), (fp32, fp32)}");
   }
 }
+
+// Tuning (k3gen.tuning_run): run config `config` whatever M is (-1: the table again), and how many
+// calls fell outside every tuned bucket.
+extern "C" void k3_situ_and_mul_tuning_force(int config) { k3_situ_and_mul::tuning.forced.store(config); }
+extern "C" long long k3_situ_and_mul_tuning_misses() { return k3_situ_and_mul::tuning.misses.load(); }

@@ -7,7 +7,7 @@ namespace k3_situ_and_mul {
 
 // Each thread moves one VEC-wide vector of a row's gate half and the matching up half.
 // threadIdx.x walks a row's vectors, threadIdx.y picks one of the rows a block covers.
-template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC>
+template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC, int block_threads>
 __global__ void __launch_bounds__(block_threads)
 situ_and_mul_kernel(const T_in* __restrict__ x, int64_t x_stride0, T_out* __restrict__ out, int64_t M,
                     int64_t D, float beta, float linear_beta) {
@@ -37,7 +37,7 @@ situ_and_mul_kernel(const T_in* __restrict__ x, int64_t x_stride0, T_out* __rest
 
 // Block shape: split a row's vectors into the fewest chunks of at most block_threads threads
 // (rounded to whole warps), and stack rows when a row needs fewer threads than a block holds.
-template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC>
+template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC, int block_threads>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
   #if K3_CUDA
   static_assert(std::is_same<T_in, __nv_bfloat16>::value || std::is_same<T_in, __half>::value || std::is_same<T_in, float>::value || std::is_same<T_in, __nv_fp8_e4m3>::value, "in: templates/situ_and_mul/limits.yaml:5 allows bf16, fp16, fp32, fp8");
@@ -58,7 +58,7 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   const int ty = tx >= block_threads ? 1 : block_threads / tx;
   const int64_t row_blocks = (a.M + ty - 1) / ty;
   const dim3 grid(unsigned(chunks), unsigned(row_blocks < 65535 ? row_blocks : 65535));
-  return k3::launch(situ_and_mul_kernel<T_in, T_out, has_linear_beta, FAST_MATH, VEC>, grid, dim3(tx, ty), 0, stream, K3_PDL,
+  return k3::launch(situ_and_mul_kernel<T_in, T_out, has_linear_beta, FAST_MATH, VEC, block_threads>, grid, dim3(tx, ty), 0, stream, K3_PDL,
                     static_cast<const T_in*>(a.x), a.x_stride0, static_cast<T_out*>(a.out), a.M, a.D,
                     a.beta, a.linear_beta);
 }

@@ -13,6 +13,8 @@ namespace k3_situ_and_mul {
 
 constexpr int block_threads = 256;
 
+extern k3::Tuning tuning;
+
 struct Args {
   const void* x;
   int64_t x_stride0;

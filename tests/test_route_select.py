@@ -1,0 +1,74 @@
+"""The radix select of templates/route_topk/device.cuh.j2, emulated on the host (issue 13).
+
+route_row's correctness rests on pick_digit: every warp reads the whole 256-bin histogram, lane l
+holding digits [256 - n(l + 1), 256 - n l) (n = 256 / warp size), and exactly one (lane, bin) finds
+the bin holding the k_left-th candidate. This emulates that rule, the passes (early exit when the
+bin holds exactly k_left, or at most kBinGather keys) and the gather (keys >= prefix, ranked), and
+checks that the gathered keys fit and their first K are the top K, for 32- and 64-lane warps. The kernel itself is tested on a GPU by
+the generated tests; this pins the logic a reviewer reads.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+BIN_GATHER = 32  # kBinGather: stop once the threshold's bin holds at most this many keys
+
+
+def pick_digit(hist: list[int], k_left: int, warp: int) -> tuple[int, int, int]:
+    per = 256 // warp
+    totals = [sum(hist[256 - per * (lane + 1):256 - per * lane]) for lane in range(warp)]
+    found = []
+    for lane in range(warp):
+        low = 256 - per * (lane + 1)
+        above = sum(totals[:lane])  # the warp's inclusive scan minus the lane's own total
+        for i in range(per - 1, -1, -1):
+            if above < k_left <= above + hist[low + i]:
+                found.append((low + i, hist[low + i], above))
+            above += hist[low + i]
+    assert len(found) == 1, found  # first_lane + shfl broadcast assume exactly one
+    return found[0]
+
+
+def select(keys: list[int], k: int, warp: int) -> list[int]:
+    prefix = mask = 0
+    k_left = k
+    for shift in range(40, -1, -8):
+        hist = [0] * 256
+        for key in keys:
+            if key & mask == prefix:
+                hist[(key >> shift) & 0xFF] += 1
+        digit, count, above = pick_digit(hist, k_left, warp)
+        assert count < 4096 and above < 64  # the packed shuffle's fields
+        prefix |= digit << shift
+        mask |= 0xFF << shift
+        k_left -= above
+        if k_left == count or count <= BIN_GATHER:
+            break
+    taken = [key for key in keys if key >= prefix]
+    assert len(taken) == k - k_left + count <= k - 1 + BIN_GATHER or len(taken) == k
+    assert len(taken) <= 64 + BIN_GATHER  # RouteShared's taken arrays
+    ranked = sorted(taken, reverse=True)  # the kernel: position = how many gathered keys are larger
+    return ranked[:k]
+
+
+@pytest.mark.parametrize("warp", [32, 64])
+@pytest.mark.parametrize("rows", ["random", "all_equal", "few_values", "straddle"])
+def test_select_takes_exactly_the_top_k(warp, rows):
+    rng = random.Random(f"{warp}{rows}")
+    for _ in range(60):
+        e = rng.choice([896, 256, 64, 16])
+        k = min(rng.choice([1, 8, 16, 64]), e)
+        if rows == "random":
+            rank = [rng.getrandbits(32) for _ in range(e)]
+        elif rows == "all_equal":
+            rank = [0x80000000 | 12345] * e
+        elif rows == "few_values":
+            rank = [rng.choice([0, 7, 0x80000000, 0xFFFFFFFF]) for _ in range(e)]
+        else:  # k - 3 winners, then a tie across the cutoff
+            rank = [0x90000000] * (k - 3 if k > 3 else 0) + [0x80000001] * 8
+            rank += [rng.getrandbits(31) for _ in range(e - len(rank))]
+            rng.shuffle(rank)
+        keys = [(r << 16) | (0xFFFF - i) for i, r in enumerate(rank)]  # lowest_id tie priority
+        assert select(keys, k, warp) == sorted(keys, reverse=True)[:k]

@@ -1,0 +1,208 @@
+"""Tunables (issue 13): knobs in the spec, the table `k3gen tune` writes, and the picks compiled into
+the variant units. The GPU half (k3gen.tuning_run) is exercised here only through render_table, fed
+a made-up result; the timing itself needs a GPU."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from k3gen import tuning_run
+from k3gen.cli import main
+from support import ROOT, copy_project
+
+SPEC = "specs/route_topk.yaml"
+TUNING = """tuning:
+  knobs: {block_threads: [256, 128, 512]}
+  buckets: [1, 128, 1024]
+"""
+
+
+def _project(tmp_path: Path, tuning: str = TUNING) -> Path:
+    root = copy_project(tmp_path / "p", (SPEC,))
+    text = (ROOT / SPEC).read_text()
+    start = text.index("tuning:\n")
+    end = text.index("\ntests:", start) + 1
+    (root / SPEC).write_text(text[:start] + tuning + text[end:])
+    return root
+
+
+def _build(root: Path, capsys) -> tuple[int, str]:
+    rc = main(["--root", str(root), "build"])
+    return rc, capsys.readouterr().err
+
+
+def _data(root: Path) -> dict:
+    return json.loads((root / "generated/k3kernels/tuning/route_topk.json").read_text())
+
+
+def _table(root: Path, picks: dict, identity: str | None = None) -> Path:
+    data = _data(root)
+    if identity is not None:
+        data["identity"] = identity
+    result = {"data": data, "picks": picks, "discarded": [], "arch": "sm_90a", "seconds": 1.0}
+    path = root / "specs/tuning/route_topk.h200.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(tuning_run.render_table(result, "NVIDIA H200"))
+    return path
+
+
+def _rows(*configs: int) -> list[dict]:
+    return [{"bucket": b, "config": {"block_threads": c}, "us": 3.0, "runner_up": {"block_threads": 256},
+             "runner_up_us": 3.3, "margin": 0.1} for b, c in zip([1, 128, 1024], configs)]
+
+
+def _unit(root: Path, variant: str = "route_topk__score_bf16__bias_fp32") -> str:
+    return (root / f"generated/k3kernels/csrc/route_topk/{variant}.cu").read_text()
+
+
+def test_without_a_table_every_config_is_compiled_and_the_default_runs(tmp_path, capsys):
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    unit = _unit(root)
+    assert "constexpr int buckets = 0;" in unit  # every M misses: the default runs, one line says so
+    for threads in (128, 256, 512):
+        assert f"/*block_threads=*/{threads}>" in unit
+    assert "tune with `k3gen tune --family route_topk`" in unit
+    data = _data(root)
+    assert data["configs"] == [{"block_threads": 256}, {"block_threads": 128}, {"block_threads": 512}]
+    assert [v["name"] for v in data["variants"]][0] == "route_topk__score_bf16__bias_fp32"
+
+
+def test_the_table_picks_are_compiled_into_each_variant(tmp_path, capsys):
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    _table(root, {n: _rows(128, 128, 256) for n in names})
+    assert _build(root, capsys)[0] == 0
+    unit = _unit(root)
+    assert "bucket_config[] = {1, 1, 0};" in unit and "constexpr int buckets = 3;" in unit
+    assert "specs/tuning/route_topk.h200.yaml" in unit
+
+
+def test_a_comment_in_the_table_changes_nothing(tmp_path, capsys):
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    path = _table(root, {n: _rows(128, 256, 512) for n in names})
+    assert _build(root, capsys)[0] == 0
+    before = _unit(root)
+    path.write_text("# reviewed\n" + path.read_text())
+    assert _build(root, capsys)[0] == 0
+    assert _unit(root) == before
+
+
+def test_a_table_of_another_kernel_is_a_located_error(tmp_path, capsys):
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    path = _table(root, {n: _rows(128, 128, 256) for n in names}, identity="0" * 64)
+    rc, err = _build(root, capsys)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("identity:"))
+    assert rc == 2
+    assert (f'specs/tuning/route_topk.h200.yaml:{line} (kernel "route_topk", identity): the table measured '
+            "another kernel or knobs") in err
+    assert "rerun `k3gen tune --family route_topk` on NVIDIA H200" in err
+
+
+def test_a_table_naming_no_candidate_or_missing_a_variant_is_a_located_error(tmp_path, capsys):
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    picks = {n: _rows(128, 128, 256) for n in names[1:]}
+    picks[names[1]] = _rows(96, 128, 256)
+    _table(root, picks)
+    rc, err = _build(root, capsys)
+    assert rc == 2
+    assert f"(kernel \"route_topk\", picks.{names[1]}.0.config): config {{'block_threads': 96}} is not a " \
+           "candidate of tuning.knobs" in err
+    assert f"no pick per bucket for variant {names[0]}" in err
+
+
+@pytest.mark.parametrize("tuning, message", [
+    ("tuning:\n  knobs: {threads: [256]}\n  buckets: [1]\n",
+     "(kernel \"route_topk\", tuning.knobs.threads): 'threads' is not a constant"),
+    ("tuning:\n  knobs: {block_threads: [128, 512]}\n  buckets: [1]\n",
+     "the default block_threads = 256 (constants.block_threads) is not a candidate"),
+    ("tuning:\n  knobs: {block_threads: [256, 96]}\n  buckets: [1]\n",
+     "(kernel \"route_topk\", tuning.knobs.block_threads.1): candidate block_threads = 96 is beyond what "
+     "templates/route_topk/ supports"),
+    ("tuning:\n  knobs: {block_threads: [256]}\n  buckets: [1, 8, 4]\n", "bucket 4 is not above 8"),
+    ("tuning:\n  knobs: {block_threads: [256]}\n  buckets: [1, 1024, 2048]\n",
+     "(kernel \"route_topk\", tuning.buckets.2): no test size lies in bucket 1024 < M <= 2048"),
+])
+def test_knob_errors_are_located(tmp_path, capsys, tuning, message):
+    root = _project(tmp_path, tuning)
+    rc, err = _build(root, capsys)
+    assert rc == 2
+    assert message in err
+    assert "specs/route_topk.yaml:" in err
+
+
+def test_device_slug_names_the_table_file():
+    assert tuning_run.device_slug("NVIDIA H200") == "h200"
+    assert tuning_run.device_slug("AMD Instinct MI300X") == "instinct_mi300x"
+
+
+def test_a_table_whose_file_name_is_not_family_dot_device_is_refused(tmp_path, capsys):
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    path = _table(root, {n: _rows(128, 128, 256) for n in names})
+    path.rename(path.with_name("route_topk.H 200*.yaml"))
+    rc, err = _build(root, capsys)
+    assert rc == 2
+    assert "the file name is not route_topk.DEVICE.yaml with DEVICE in [a-z0-9_]+" in err
+
+
+def test_tune_family_flow_without_a_gpu(monkeypatch, tmp_path):
+    """tune_family's control flow with the GPU parts stubbed: a config the oracle rejects is discarded and
+    never timed, the default stays unless another config is clearly faster, and the force is undone."""
+    import sys
+    import types
+
+    import k3gen.runtime.cache as cache
+    import k3gen.runtime.module as module
+
+    forced = []
+    lib = types.SimpleNamespace(k3_fake_tuning_force=lambda c: forced.append(c))
+    monkeypatch.setattr(tuning_run.ctypes, "CDLL", lambda path: lib)
+    monkeypatch.setattr(cache, "ensure_built", lambda request: tmp_path / "lib.so")
+    monkeypatch.setattr(module, "device_arch", lambda device=None: "sm_90a")
+    speed = {0: 5.0, 1: 3.0, 2: 4.99}  # config 1 is wrong (below), 2 is within min_gain of the default
+    monkeypatch.setattr(tuning_run, "time_graph_us", lambda fn, replays: speed[forced[-1]])
+    fam = types.ModuleType("k3kernels.fake")
+    fam.build = lambda: None
+    fam.MODULE = types.SimpleNamespace(request=lambda arch: arch)
+    fam.fake = lambda **args: forced[-1]
+    oracle = types.ModuleType("fake_oracle")
+    oracle.make_args = lambda variant, dims, layout, seed: {"M": dims["M"]}
+    oracle.reference = lambda variant, **args: 0
+    oracle.case_edge = lambda op, variant: None
+
+    def check(got, want, variant):
+        assert got != 1, "config 1 is wrong"
+
+    oracle.check = check
+    monkeypatch.setitem(sys.modules, "k3kernels.fake", fam)
+    monkeypatch.setitem(sys.modules, "fake_oracle", oracle)
+    data = {"format": 1, "family": "fake", "spec": "specs/fake.yaml", "identity": "ab" * 32, "knobs": ["t"],
+            "configs": [{"t": 256}, {"t": 128}, {"t": 512}], "buckets": [1, 128], "shape": {},
+            "oracle": "fake_oracle", "oracle_spec": {"constants": {}}, "routing": {}, "cases": ["edge"],
+            "variants": [{"name": "fake__v", "variant": {"x": "bf16"}}]}
+    gen = tmp_path / "generated"
+    (gen / "k3kernels" / "tuning").mkdir(parents=True)
+    (gen / "k3kernels" / "tuning" / "fake.json").write_text(json.dumps(data))
+    monkeypatch.setattr(tuning_run, "GENERATED", gen)
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    result = tuning_run.tune_family("fake", 3, 0.02, lambda line: None)
+    assert forced[-1] == -1
+    assert [d["config"] for d in result["discarded"]] == [{"t": 128}]
+    rows = result["picks"]["fake__v"]
+    assert [r["config"] for r in rows] == [{"t": 256}, {"t": 256}]  # 4.99 is not 2% faster than 5.0
+    assert rows[0]["runner_up"] == {"t": 512} and rows[0]["margin"] == pytest.approx(-0.002, abs=1e-3)  # faster, not by 2%
+    text = tuning_run.render_table(result, "NVIDIA H200")
+    assert '"config": {"t": 256}' in text and "discarded:\n  - " in text
