@@ -22,6 +22,7 @@ The runtime loads <dir>/<family>/<arch>/lib.so only when the record's key is the
 from generated/ itself, so a stale build is never loaded. A record is written only for a library
 that ninja reports up to date, and only if the sources hash as they did before the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,20 +55,39 @@ class Target:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", action="extend", nargs="+", default=[], metavar="ARCH",
-                   help="archs, comma-separated or repeated (default: every CUDA arch the specs declare; "
-                        "HIP archs only when named)")
-    p.add_argument("--family", action="extend", nargs="+", default=[], metavar="NAME",
-                   help="only these families (default: all)")
-    p.add_argument("-j", "--jobs", type=int, help="parallel compiles (default: $K3GEN_JOBS, else min(cores, "
-                                                  "available memory / the measured peak of one unit))")
-    p.add_argument("--from-record", type=Path, metavar="FILE",
-                   help="build exactly the (family, variant, arch) that a run with K3GEN_RECORD=FILE launched, "
-                        "one library each, into <out>/<family>/<arch>/variants/<variant>/")
+    p.add_argument(
+        "--arch",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="ARCH",
+        help="archs, comma-separated or repeated (default: every CUDA arch the specs declare; "
+        "HIP archs only when named)",
+    )
+    p.add_argument(
+        "--family", action="extend", nargs="+", default=[], metavar="NAME", help="only these families (default: all)"
+    )
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        help="parallel compiles (default: $K3GEN_JOBS, else min(cores, "
+        "available memory / the measured peak of one unit))",
+    )
+    p.add_argument(
+        "--from-record",
+        type=Path,
+        metavar="FILE",
+        help="build exactly the (family, variant, arch) that a run with K3GEN_RECORD=FILE launched, "
+        "one library each, into <out>/<family>/<arch>/variants/<variant>/",
+    )
     p.add_argument("--out", type=Path, help="output directory (default: <project>/build/aot)")
-    p.add_argument("--record-costs", action="store_true",
-                   help="also merge the measured compile seconds and bytes into the checked-in "
-                        "specs/compile_costs.json, which `k3gen diff` prices changes with")
+    p.add_argument(
+        "--record-costs",
+        action="store_true",
+        help="also merge the measured compile seconds and bytes into the checked-in "
+        "specs/compile_costs.json, which `k3gen diff` prices changes with",
+    )
 
 
 def _split(values: list[str]) -> list[str]:
@@ -83,8 +103,10 @@ def select(plans: list, archs: list[str], families: list[str]) -> list[tuple[obj
     chosen = [by_name[f] for f in families] if families else plans
     declared = {a: b for p in chosen for b in p.backends for a in p.archs(b)}
     if unknown := [a for a in archs if a not in declared]:
-        raise CompileUsageError(f"arch {', '.join(unknown)} is declared by none of "
-                                f"{', '.join(p.name for p in chosen)}; declared: {', '.join(declared)}")
+        raise CompileUsageError(
+            f"arch {', '.join(unknown)} is declared by none of "
+            f"{', '.join(p.name for p in chosen)}; declared: {', '.join(declared)}"
+        )
     # HIP only when asked: its compiler is optional on a CUDA machine, and the default must just work.
     wanted = archs or [a for a, b in declared.items() if b == "cuda"]
     return [(p, a) for p in chosen for a in wanted if any(a in p.archs(b) for b in p.backends)]
@@ -137,12 +159,14 @@ def from_record(root: Path, path: Path) -> list[Target]:
             entry = json.loads(line)
             family, variant, arch = entry["family"], entry["variant"], entry["arch"]
         except (ValueError, KeyError, TypeError):
-            raise CompileUsageError(f"{path}:{n}: not a K3GEN_RECORD line (JSON with family, variant, arch): "
-                                    f"{line[:120]!r}") from None
+            raise CompileUsageError(
+                f"{path}:{n}: not a K3GEN_RECORD line (JSON with family, variant, arch): {line[:120]!r}"
+            ) from None
         module = modules.get(family)
         if module is None or arch not in module.arch_defines:
-            raise CompileUsageError(f"{path}:{n}: {family} for {arch} is not declared by the specs "
-                                    "(recorded from another tree?)")
+            raise CompileUsageError(
+                f"{path}:{n}: {family} for {arch} is not declared by the specs (recorded from another tree?)"
+            )
         if (family, variant, arch) in seen:
             continue
         seen.add((family, variant, arch))
@@ -150,8 +174,9 @@ def from_record(root: Path, path: Path) -> list[Target]:
         try:
             vreq = req.variant_request(variant)
         except K3BuildError:
-            raise CompileUsageError(f"{path}:{n}: {family} has no variant {variant} (recorded from another "
-                                    "tree?)") from None
+            raise CompileUsageError(
+                f"{path}:{n}: {family} has no variant {variant} (recorded from another tree?)"
+            ) from None
         out.append(Target(vreq, find_compiler(req.backend), vreq.content_key()))
     return out
 
@@ -187,9 +212,16 @@ def write_records(targets: list[Target], out: Path, all_built: bool) -> tuple[li
             (entry / artifact.RECORD).unlink(missing_ok=True)
             missing.append(t.entry)
             continue
-        record = artifact.make_record(t.request.family, t.request.arch, t.content_key,
-                                      compiler_name(t.compiler), compiler_version(t.compiler),
-                                      entry / artifact.LIB, "aot", variant=t.request.variant)
+        record = artifact.make_record(
+            t.request.family,
+            t.request.arch,
+            t.content_key,
+            compiler_name(t.compiler),
+            compiler_version(t.compiler),
+            entry / artifact.LIB,
+            "aot",
+            variant=t.request.variant,
+        )
         if artifact.write_record(entry, record):
             written.append(t.entry)
     return written, missing
@@ -231,16 +263,23 @@ def compile_matrix(plans: list, root: Path, args) -> int:
     except K3BuildError as exc:  # a missing compiler, a missing generated source
         print(str(exc), file=sys.stderr)
         return 1
-    return compile_targets(targets, (args.out or root / "build" / "aot").resolve(), args.jobs,
-                           root if args.record_costs else None, explicit_out=args.out is not None)
+    return compile_targets(
+        targets,
+        (args.out or root / "build" / "aot").resolve(),
+        args.jobs,
+        root if args.record_costs else None,
+        explicit_out=args.out is not None,
+    )
 
 
-def compile_targets(targets: list[Target], out: Path, jobs: int | None, costs_root: Path | None,
-                    explicit_out: bool = True) -> int:
+def compile_targets(
+    targets: list[Target], out: Path, jobs: int | None, costs_root: Path | None, explicit_out: bool = True
+) -> int:
     """One ninja run for `targets` into `out`, records for what is up to date, the costs measured
     (merged into costs_root's table when given); 0 when every library has its record, else 1.
     Needs only the runtime (k3gen.runtime): `python -m k3gen.package` runs it without the generator."""
-    from .runtime import jobs as jobs_rule, ninja
+    from .runtime import jobs as jobs_rule
+    from .runtime import ninja
     from .runtime.files import locked
     from .runtime.toolchain import explain_failure
 
@@ -252,8 +291,10 @@ def compile_targets(targets: list[Target], out: Path, jobs: int | None, costs_ro
         why = "-j"
     else:
         jobs, why = jobs_rule.default_jobs(n_units, archs)
-    print(f"k3gen compile: {len(targets)} libraries, {n_units} units for {', '.join(archs) or 'no arch'}; "
-          f"{jobs} parallel compiles ({why})")
+    print(
+        f"k3gen compile: {len(targets)} libraries, {n_units} units for {', '.join(archs) or 'no arch'}; "
+        f"{jobs} parallel compiles ({why})"
+    )
     # HIP without ROCm's device libraries fails once per unit with the same clang line: say it once.
     hip = any(t.request.backend == "hip" for t in targets)
     with locked(out / ".k3gen-compile.lock"):  # two compiles into one directory would race on ninja's state
@@ -268,8 +309,11 @@ def compile_targets(targets: list[Target], out: Path, jobs: int | None, costs_ro
         written, missing = write_records(targets, out, proc.returncode == 0)
         peak = jobs_rule.children_peak()
         # Only a run that compiled measures a compiler: a no-op rerun measures ninja alone.
-        compiled = any(o.stat().st_mtime >= started for t in targets
-                       for o in (out / t.request.family / t.request.arch / "obj").glob("*.o"))
+        compiled = any(
+            o.stat().st_mtime >= started
+            for t in targets
+            for o in (out / t.request.family / t.request.arch / "obj").glob("*.o")
+        )
         if proc.returncode == 0 and compiled:
             for arch in archs:
                 jobs_rule.record_peak(arch, peak)
@@ -277,14 +321,19 @@ def compile_targets(targets: list[Target], out: Path, jobs: int | None, costs_ro
         if family_targets:
             record_costs(family_targets, out, costs_root, jobs)
     where = "" if not explicit_out else f"; set K3GEN_AOT_DIR={out} for the runtime to find it"
-    print(f"k3gen compile: {len(targets) - len(missing)}/{len(targets)} libraries up to date in {out} "
-          f"({len(written)} records written, {time.perf_counter() - start:.1f}s"
-          + (f", largest compiler process {peak / 2**20:.0f} MiB" if compiled else "") + f"){where}")
+    print(
+        f"k3gen compile: {len(targets) - len(missing)}/{len(targets)} libraries up to date in {out} "
+        f"({len(written)} records written, {time.perf_counter() - start:.1f}s"
+        + (f", largest compiler process {peak / 2**20:.0f} MiB" if compiled else "")
+        + f"){where}"
+    )
     if missing_tool:
         print(missing_tool, file=sys.stderr)
     if missing:
-        print(f"k3gen compile: failed: {', '.join(missing)}"
-              + ("" if missing_tool else " (compiler output above)"), file=sys.stderr)
+        print(
+            f"k3gen compile: failed: {', '.join(missing)}" + ("" if missing_tool else " (compiler output above)"),
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -307,8 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     except K3BuildError as exc:
         print(str(exc), file=sys.stderr)
         return 1
-    return compile_targets(targets, (args.out or root / "build" / "aot").resolve(), args.jobs, None,
-                           explicit_out=args.out is not None)
+    return compile_targets(
+        targets, (args.out or root / "build" / "aot").resolve(), args.jobs, None, explicit_out=args.out is not None
+    )
 
 
 if __name__ == "__main__":

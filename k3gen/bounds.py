@@ -3,6 +3,7 @@
 A spec is untrusted input: a few bytes of YAML must not become millions of variants, files or
 test cases. Each limit is one constant, and the error that enforces it names the constant.
 """
+
 from __future__ import annotations
 
 MAX_SPEC_BYTES = 64 * 1024  # a spec file; the bundled ones are under 4 KiB

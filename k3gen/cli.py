@@ -5,6 +5,7 @@ write (k3gen.write). Exit codes: 0 ok; 1 generated/ is stale or a budget is exce
 --check-budget), a library failed to build (compile), or diff cannot read its revision; 2 spec
 errors, an unknown family or arch, a malformed cost table, or a name `new` refuses.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,7 @@ def find_root(start: Path) -> Path:
     for d in (start, *start.parents):
         if (d / "specs").is_dir() and (d / "templates").is_dir():
             return d
-    raise SystemExit(f"k3gen: no specs/ and templates/ found in {start} or above; run from the project, "
-                     "or pass --root")
+    raise SystemExit(f"k3gen: no specs/ and templates/ found in {start} or above; run from the project, or pass --root")
 
 
 def _plans(root: Path):
@@ -60,9 +60,11 @@ def cmd_build(root: Path, args) -> int:
     for f in changes.removed:
         print(f"  removed generated/{f}")
     n_spec = sum(len(p.specializations) for p in plans)
-    print(f"k3gen build: {len(plans)} families, {n_spec} specializations, {len(files) + 1} files; "
-          f"{len(changes.written)} written, {len(changes.removed)} removed "
-          f"({time.perf_counter() - start:.2f}s)")
+    print(
+        f"k3gen build: {len(plans)} families, {n_spec} specializations, {len(files) + 1} files; "
+        f"{len(changes.written)} written, {len(changes.removed)} removed "
+        f"({time.perf_counter() - start:.2f}s)"
+    )
     return 0
 
 
@@ -76,11 +78,16 @@ def cmd_check(root: Path, args) -> int:
     budget = over_budget(plans, libs, costs.load(root / costs.TABLE))
     if diff:
         sys.stdout.write(diff)
-        print("\nk3gen check: generated/ does not match specs/ and templates/ (stale or edited by hand).\n"
-              "Fix: run `k3gen build` and commit generated/.", file=sys.stderr)
+        print(
+            "\nk3gen check: generated/ does not match specs/ and templates/ (stale or edited by hand).\n"
+            "Fix: run `k3gen build` and commit generated/.",
+            file=sys.stderr,
+        )
     if budget:
-        print(f"k3gen check: over budget (priced from {costs.TABLE}):\n" + "\n".join(f"  {e}" for e in budget),
-              file=sys.stderr)
+        print(
+            f"k3gen check: over budget (priced from {costs.TABLE}):\n" + "\n".join(f"  {e}" for e in budget),
+            file=sys.stderr,
+        )
     if diff or budget:
         return 1
     print("k3gen check: generated/ is up to date")
@@ -122,8 +129,9 @@ def cmd_compile(root: Path, args) -> int:
 
     plans, files, _ = _render(root)
     if drift(files, root / "generated"):  # the runtime keys generated/; compiling a stale tree helps no one
-        print("k3gen compile: generated/ does not match specs/ and templates/; run `k3gen build` first",
-              file=sys.stderr)
+        print(
+            "k3gen compile: generated/ does not match specs/ and templates/; run `k3gen build` first", file=sys.stderr
+        )
         return 1
     return compile_matrix(plans, root, args)
 
@@ -132,10 +140,11 @@ def cmd_package(root: Path, args) -> int:
     from .package import package
     from .write import drift
 
-    plans, files, _ = _render(root)
+    _, files, _ = _render(root)
     if drift(files, root / "generated"):
-        print("k3gen package: generated/ does not match specs/ and templates/; run `k3gen build` first",
-              file=sys.stderr)
+        print(
+            "k3gen package: generated/ does not match specs/ and templates/; run `k3gen build` first", file=sys.stderr
+        )
         return 1
     return package(root, args)
 
@@ -165,8 +174,10 @@ def cmd_new(root: Path, args) -> int:
         return 2
     for path in written:
         print(f"  wrote   {path}")
-    print(f"k3gen new: family '{args.name}' scaffolded. Next: run `k3gen build`; its generated tests fail "
-          f"until you fill in {written[2]} (and the kernel in {written[1]}).")
+    print(
+        f"k3gen new: family '{args.name}' scaffolded. Next: run `k3gen build`; its generated tests fail "
+        f"until you fill in {written[2]} (and the kernel in {written[1]})."
+    )
     return 0
 
 
@@ -187,38 +198,72 @@ def cmd_schema(root: Path | None, args) -> int:
 
 # name: (function, one line for `k3gen --help` and the command's own --help, example lines)
 COMMANDS = {
-    "build": (cmd_build, "render specs/ into generated/ (writes only changed files, removes stale ones)",
-              ["k3gen build", "k3gen --root path/to/project build"]),
-    "check": (cmd_check, "exit 1 with a diff when generated/ is stale or edited by hand, or a spec's budget "
-                         "is exceeded", ["k3gen check && python -m pytest"]),
-    "list": (cmd_list, "the specialization table: identity, backend, params, unit key and library key (the "
-                       "keys the runtime and `k3gen compile` use)",
-             ["k3gen list", "k3gen list --family situ_and_mul | grep sm_90a"]),
+    "build": (
+        cmd_build,
+        "render specs/ into generated/ (writes only changed files, removes stale ones)",
+        ["k3gen build", "k3gen --root path/to/project build"],
+    ),
+    "check": (
+        cmd_check,
+        "exit 1 with a diff when generated/ is stale or edited by hand, or a spec's budget is exceeded",
+        ["k3gen check && python -m pytest"],
+    ),
+    "list": (
+        cmd_list,
+        "the specialization table: identity, backend, params, unit key and library key (the "
+        "keys the runtime and `k3gen compile` use)",
+        ["k3gen list", "k3gen list --family situ_and_mul | grep sm_90a"],
+    ),
     "validate": (cmd_validate, "load and check the specs; print every error (exit 2)", ["k3gen validate"]),
-    "schema": (cmd_schema, "print the JSON Schema of a spec file (for editors)",
-               ["k3gen schema > k3gen-spec.schema.json"]),
-    "compile": (cmd_compile, "build every family x arch ahead of time into build/aot (one ninja run) and "
-                             "measure its compile costs",
-                ["k3gen compile --arch sm_90a -j 8", "k3gen compile --family route_topk --arch sm_90a,gfx942",
-                 "k3gen compile --arch sm_90a --record-costs   # update specs/compile_costs.json",
-                 "k3gen compile --from-record warm.jsonl        # what a K3GEN_RECORD=warm.jsonl run launched"]),
-    "package": (cmd_package, "a wheel of k3kernels with the AOT libraries of every family for the CUDA archs "
-                             "the specs declare (or --arch): serving needs torch and no compiler",
-                ["k3gen package --arch sm_90a", "k3gen package --family situ_and_mul --arch sm_90a --out dist/"]),
-    "diff": (cmd_diff, "what the spec and template changes since REV (default: merge base with main) do: "
-                       "specializations, keys, gates, cost per arch, generated files",
-             ["k3gen diff", "k3gen diff origin/main --format markdown > review.md",
-              "k3gen diff --family situ_and_mul --check-budget"]),
+    "schema": (
+        cmd_schema,
+        "print the JSON Schema of a spec file (for editors)",
+        ["k3gen schema > k3gen-spec.schema.json"],
+    ),
+    "compile": (
+        cmd_compile,
+        "build every family x arch ahead of time into build/aot (one ninja run) and measure its compile costs",
+        [
+            "k3gen compile --arch sm_90a -j 8",
+            "k3gen compile --family route_topk --arch sm_90a,gfx942",
+            "k3gen compile --arch sm_90a --record-costs   # update specs/compile_costs.json",
+            "k3gen compile --from-record warm.jsonl        # what a K3GEN_RECORD=warm.jsonl run launched",
+        ],
+    ),
+    "package": (
+        cmd_package,
+        "a wheel of k3kernels with the AOT libraries of every family for the CUDA archs "
+        "the specs declare (or --arch): serving needs torch and no compiler",
+        ["k3gen package --arch sm_90a", "k3gen package --family situ_and_mul --arch sm_90a --out dist/"],
+    ),
+    "diff": (
+        cmd_diff,
+        "what the spec and template changes since REV (default: merge base with main) do: "
+        "specializations, keys, gates, cost per arch, generated files",
+        [
+            "k3gen diff",
+            "k3gen diff origin/main --format markdown > review.md",
+            "k3gen diff --family situ_and_mul --check-budget",
+        ],
+    ),
     "tune": (cmd_tune, tuning_run.HELP, tuning_run.EXAMPLES),
-    "new": (cmd_new, "scaffold specs/NAME.yaml, its kernel template and oracle: a family whose tests fail until "
-                     "filled in", ["k3gen new my_kernel && k3gen build"]),
+    "new": (
+        cmd_new,
+        "scaffold specs/NAME.yaml, its kernel template and oracle: a family whose tests fail until filled in",
+        ["k3gen new my_kernel && k3gen build"],
+    ),
 }
 
 
 def _add_family(p: argparse.ArgumentParser, what: str) -> None:
     # one value per flag (comma-separated, or the flag repeated), so `diff --family F REV` keeps REV
-    p.add_argument("--family", action="append", default=[], metavar="NAME[,NAME]",
-                   help=f"{what} (comma-separated or repeated; an unknown name exits 2 listing the families)")
+    p.add_argument(
+        "--family",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME]",
+        help=f"{what} (comma-separated or repeated; an unknown name exits 2 listing the families)",
+    )
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -226,20 +271,33 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", type=Path, help="project root (default: the folder holding specs/)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text, examples) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=f"k3gen {name}: {help_text}.",
-                           epilog="example" + ("s" if len(examples) > 1 else "") + ":\n"
-                                  + "\n".join(f"  {e}" for e in examples),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=f"k3gen {name}: {help_text}.",
+            epilog="example" + ("s" if len(examples) > 1 else "") + ":\n" + "\n".join(f"  {e}" for e in examples),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         if name == "list":
             _add_family(p, "only these families")
         if name == "diff":
-            p.add_argument("rev", nargs="?", help="git revision to compare with (default: the merge base of "
-                                                  "HEAD and main; HEAD on main)")
-            p.add_argument("--format", choices=["text", "markdown", "json"], default="text",
-                           help="text for a terminal, markdown for a PR comment, json for tools")
+            p.add_argument(
+                "rev",
+                nargs="?",
+                help="git revision to compare with (default: the merge base of HEAD and main; HEAD on main)",
+            )
+            p.add_argument(
+                "--format",
+                choices=["text", "markdown", "json"],
+                default="text",
+                help="text for a terminal, markdown for a PR comment, json for tools",
+            )
             _add_family(p, "report only these families")
-            p.add_argument("--check-budget", action="store_true",
-                           help="exit 1 when a family of the work tree exceeds its spec's budget")
+            p.add_argument(
+                "--check-budget",
+                action="store_true",
+                help="exit 1 when a family of the work tree exceeds its spec's budget",
+            )
         if name == "new":
             p.add_argument("name", help="family name, lower_snake_case")
         if name == "compile":

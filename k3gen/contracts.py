@@ -12,6 +12,7 @@
   must generate (score, fp32 bias) and (in=act, the fused group_size, ue8m0 scales).
 Both files and lines are named.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -31,8 +32,10 @@ class DenseBf16Contract:
 
 
 DENSE_BF16 = DenseBf16Contract("situ_and_mul", "in", "out", (("fp32", "fp32"), ("fp32", "bf16")), ("fp32", "bf16"))
-CONTRACT = (f"KERNELS.md \"Runners\": bf16 of the fp32 front equals the bf16 front, so {DENSE_BF16.family} "
-            "generates fp32 -> fp32 and fp32 -> bf16 and defaults fp32 input to bf16")
+CONTRACT = (
+    f'KERNELS.md "Runners": bf16 of the fp32 front equals the bf16 front, so {DENSE_BF16.family} '
+    "generates fp32 -> fp32 and fp32 -> bf16 and defaults fp32 input to bf16"
+)
 
 
 @dataclass(frozen=True)
@@ -52,12 +55,23 @@ class SeparateContract:
     parts: tuple
 
 
-FUSED_SEPARATE = SeparateContract("route_quant_fused", "matches_separate", (
-    Part("route_topk", (("score", ("axis", "score")), ("bias", ("dtype", "fp32"))),
-         same=("num_experts", "top_k", "tie_order")),
-    Part("per_token_group_quant", (("in", ("axis", "act")),),
-         (("group_size", ("constant", "group_size")), ("scale_format", ("value", "ue8m0"))),
-         same=("fp8_max", "eps"))))
+FUSED_SEPARATE = SeparateContract(
+    "route_quant_fused",
+    "matches_separate",
+    (
+        Part(
+            "route_topk",
+            (("score", ("axis", "score")), ("bias", ("dtype", "fp32"))),
+            same=("num_experts", "top_k", "tie_order"),
+        ),
+        Part(
+            "per_token_group_quant",
+            (("in", ("axis", "act")),),
+            (("group_size", ("constant", "group_size")), ("scale_format", ("value", "ue8m0"))),
+            same=("fp8_max", "eps"),
+        ),
+    ),
+)
 SEPARATE = "KERNELS.md §4: bit-identical to route_topk and per_token_group_quant run separately"
 
 
@@ -67,8 +81,10 @@ def check_contracts(runners, loaded: list, complete: bool) -> list[SpecError]:
     families = {ls.spec.kernel: ls for ls in loaded}
     errors = _matches_separate(FUSED_SEPARATE, families, complete)
     if runners is not None:
-        errors += [*_runner_cells(runners, families.get(runners.table.front)),
-                   *_dense_bf16(runners, families, complete)]
+        errors += [
+            *_runner_cells(runners, families.get(runners.table.front)),
+            *_dense_bf16(runners, families, complete),
+        ]
     return errors
 
 
@@ -84,8 +100,13 @@ def _matches_separate(c: SeparateContract, families: dict, complete: bool) -> li
         other = families.get(part.family)
         if other is None:
             if complete:
-                errors.append(fused.error(case_at, f"case {c.case} compares against {part.family}, which no spec "
-                                                   f"defines ({SEPARATE}); add it, or drop the case"))
+                errors.append(
+                    fused.error(
+                        case_at,
+                        f"case {c.case} compares against {part.family}, which no spec "
+                        f"defines ({SEPARATE}); add it, or drop the case",
+                    )
+                )
             continue
         theirs = list(other.spec.dtypes.axes)
         generated = [dict(zip(theirs, cell)) for cell in other.spec.dtypes.generated_cells()]
@@ -99,25 +120,46 @@ def _matches_separate(c: SeparateContract, families: dict, complete: bool) -> li
             src = next(s for _, (how, s) in part.cell if how == "axis")
             path = ("dtypes", "axes", src, fused.spec.dtypes.axes[src].index(cell[src]))
             shown = f"({', '.join(a for a, _ in want)}) = ({', '.join(v for _, v in want)})"
-            errors.append(fused.error(path, (
-                f"{src}={cell[src]} is generated here, but " f"{part.family} does not generate {shown} ({axes_at}), "
-                f"which case {c.case} compares against ({SEPARATE}); generate it there, or drop the case")))
+            errors.append(
+                fused.error(
+                    path,
+                    (
+                        f"{src}={cell[src]} is generated here, but "
+                        f"{part.family} does not generate {shown} ({axes_at}), "
+                        f"which case {c.case} compares against ({SEPARATE}); generate it there, or drop the case"
+                    ),
+                )
+            )
         for param, (how, src) in part.params:
             value = fused.spec.constants.get(src) if how == "constant" else src
             values = other.spec.params[param].values if param in other.spec.params else []
             if value not in values:
                 at = f"{other.file}:{other.located.line_of(('params', param))}"
-                errors.append(fused.error(("constants", src) if how == "constant" else case_at, (
-                    f"{part.family} does not generate {param}={value} " f"({at}: {', '.join(map(str, values)) or 'none'}), "
-                    f"which case {c.case} calls ({SEPARATE}); add it there, or drop the case")))
+                errors.append(
+                    fused.error(
+                        ("constants", src) if how == "constant" else case_at,
+                        (
+                            f"{part.family} does not generate {param}={value} "
+                            f"({at}: {', '.join(map(str, values)) or 'none'}), "
+                            f"which case {c.case} calls ({SEPARATE}); add it there, or drop the case"
+                        ),
+                    )
+                )
         for name in part.same:
             mine, its = (_setting(ls, name) for ls in (fused, other))
             if mine != its:
                 path = (name,) if name == "tie_order" else ("constants", name)
                 at = f"{other.file}:{other.located.line_of(path)}"
-                errors.append(fused.error(path, (
-                    f"{name} = {_shown(mine)} here but {_shown(its)} " f"in {part.family} ({at}), which case {c.case} "
-                    f"compares against ({SEPARATE}); make them equal, or drop the case")))
+                errors.append(
+                    fused.error(
+                        path,
+                        (
+                            f"{name} = {_shown(mine)} here but {_shown(its)} "
+                            f"in {part.family} ({at}), which case {c.case} "
+                            f"compares against ({SEPARATE}); make them equal, or drop the case"
+                        ),
+                    )
+                )
     return errors
 
 
@@ -145,10 +187,17 @@ def _runner_cells(runners, front) -> list[SpecError]:
         j = next(j for j, c in enumerate(front.spec.dtypes.exclude) if c["act"] == dtype)
         at = f"{front.file}:{front.located.line_of(('dtypes', 'exclude', j))}"
         shown = ", ".join("(" + ", ".join(c.values()) + ")" for c in cells)
-        errors.append(runners.error(("runners", i, "consumes"), (
-            f"runner '{r.name}' consumes {r.consumes} ({dtype}), " f"but {front.spec.kernel} generates no cell with "
-            f"act={dtype}: each is excluded (first at {at}); generated ({', '.join(axes)}): {shown}; keep one "
-            "of those cells or change the runner")))
+        errors.append(
+            runners.error(
+                ("runners", i, "consumes"),
+                (
+                    f"runner '{r.name}' consumes {r.consumes} ({dtype}), "
+                    f"but {front.spec.kernel} generates no cell with "
+                    f"act={dtype}: each is excluded (first at {at}); generated ({', '.join(axes)}): {shown}; keep one "
+                    "of those cells or change the runner"
+                ),
+            )
+        )
     return errors
 
 
@@ -164,14 +213,25 @@ def _dense_bf16(runners, families: dict, complete: bool) -> list[SpecError]:
     if ls is None:
         if not complete:
             return []  # its spec may be among those that failed to load
-        return [runners.error(("runners", i, "consumes"), (
-            f"runner '{first.name}'{others} consume{'' if others else 's'} dense_bf16, and that contract needs "
-            f"{c.family} ({CONTRACT}); no spec defines kernel {c.family}: add it, or change the runners"))]
+        return [
+            runners.error(
+                ("runners", i, "consumes"),
+                (
+                    f"runner '{first.name}'{others} consume{'' if others else 's'} dense_bf16, and that contract needs "
+                    f"{c.family} ({CONTRACT}); no spec defines kernel {c.family}: add it, or change the runners"
+                ),
+            )
+        ]
     axes = ls.spec.dtypes.axes
     if c.source not in axes or c.target not in axes:
-        return [ls.error(("dtypes", "axes"), f"{c.family} has no axes '{c.source}' and '{c.target}', but the "
-                                             f"dense-bf16 runners need them ({runner_at}; {CONTRACT}); restore "
-                                             "them, or change the runners")]
+        return [
+            ls.error(
+                ("dtypes", "axes"),
+                f"{c.family} has no axes '{c.source}' and '{c.target}', but the "
+                f"dense-bf16 runners need them ({runner_at}; {CONTRACT}); restore "
+                "them, or change the runners",
+            )
+        ]
     names = list(axes)
     generated = [dict(zip(names, cell)) for cell in ls.spec.dtypes.generated_cells()]
     errors = []
@@ -185,9 +245,14 @@ def _dense_bf16(runners, families: dict, complete: bool) -> list[SpecError]:
         else:
             axis = c.source if src not in axes[c.source] else c.target
             path, how = ("dtypes", "axes", axis), f"{want[axis]} is not on axis '{axis}'"
-        errors.append(ls.error(path, f"({c.source}, {c.target}) = ({src}, {dst}) is not generated ({how}), but "
-                                     f"the dense-bf16 runners need it ({runner_at}; {CONTRACT}); generate it, or "
-                                     "change the runners"))
+        errors.append(
+            ls.error(
+                path,
+                f"({c.source}, {c.target}) = ({src}, {dst}) is not generated ({how}), but "
+                f"the dense-bf16 runners need it ({runner_at}; {CONTRACT}); generate it, or "
+                "change the runners",
+            )
+        )
     if not errors:
         errors += _same_math(ls, c, runner_at)
     if not errors:
@@ -195,9 +260,13 @@ def _dense_bf16(runners, families: dict, complete: bool) -> list[SpecError]:
     src, dst = c.default
     rule = ls.spec.dtypes.defaults.get(c.target)
     if not errors and rule is not None and rule.from_ == c.source and rule.map.get(src, dst) != dst:
-        errors.append(ls.error(("dtypes", "defaults", c.target, "map", src),
-                               f"{c.source}={src} defaults to {c.target}={rule.map[src]}, but the dense-bf16 runners "
-                               f"need {dst} ({runner_at}; {CONTRACT}); map {src}: {dst}"))
+        errors.append(
+            ls.error(
+                ("dtypes", "defaults", c.target, "map", src),
+                f"{c.source}={src} defaults to {c.target}={rule.map[src]}, but the dense-bf16 runners "
+                f"need {dst} ({runner_at}; {CONTRACT}); map {src}: {dst}",
+            )
+        )
     return errors
 
 
@@ -209,27 +278,54 @@ def _check_call(runners, ls, c: DenseBf16Contract, dense: list) -> list[SpecErro
     fam_at = f"{ls.file}:{ls.located.line_of(('signature',))}"
     if check is None:
         i, first = dense[0]
-        return [runners.error(("runners", i, "consumes"), (
-            f"runner '{first.name}' consumes dense_bf16, whose generated GPU test calls {c.family}: add "
-            f"`dense_bf16_check: {{dims: {{{', '.join(f'{d}: SIZE' for d in sig.dims)}}}, scalars: {{...}}}}` "
-            f"to this file ({c.family}'s signature: {fam_at})"))]
+        return [
+            runners.error(
+                ("runners", i, "consumes"),
+                (
+                    f"runner '{first.name}' consumes dense_bf16, whose generated GPU test calls {c.family}: add "
+                    f"`dense_bf16_check: {{dims: {{{', '.join(f'{d}: SIZE' for d in sig.dims)}}}, scalars: {{...}}}}` "
+                    f"to this file ({c.family}'s signature: {fam_at})"
+                ),
+            )
+        ]
     errors = []
     missing = [d for d in sig.dims if d not in check.dims]
     unknown = [d for d in check.dims if d not in sig.dims]
     if missing or unknown:
-        errors.append(runners.error(("dense_bf16_check", "dims"), (
-            f"the call of {c.family} needs a size for each of its dims ({', '.join(sig.dims)}; {fam_at}); "
-            + "; ".join([*([f"missing: {', '.join(missing)}"] if missing else []),
-                         *([f"not a dim of {c.family}: {', '.join(unknown)}"] if unknown else [])]))))
+        errors.append(
+            runners.error(
+                ("dense_bf16_check", "dims"),
+                (
+                    f"the call of {c.family} needs a size for each of its dims ({', '.join(sig.dims)}; {fam_at}); "
+                    + "; ".join(
+                        [
+                            *([f"missing: {', '.join(missing)}"] if missing else []),
+                            *([f"not a dim of {c.family}: {', '.join(unknown)}"] if unknown else []),
+                        ]
+                    )
+                ),
+            )
+        )
     for name in check.scalars:
         if name not in sig.scalars:
-            errors.append(runners.error(("dense_bf16_check", "scalars", name), (
-                f"'{name}' is not a scalar of {c.family} ({fam_at}: {', '.join(sig.scalars) or 'none'})")))
+            errors.append(
+                runners.error(
+                    ("dense_bf16_check", "scalars", name),
+                    (f"'{name}' is not a scalar of {c.family} ({fam_at}: {', '.join(sig.scalars) or 'none'})"),
+                )
+            )
     required = [n for n, sc in sig.scalars.items() if not sc.optional and n not in check.scalars]
     if required:
-        errors.append(runners.error(("dense_bf16_check", "scalars"), (
-            f"the call of {c.family} needs {', '.join(required)} " f"({fam_at}); give {'them' if len(required) > 1 else 'it'}"
-            " a value here")))
+        errors.append(
+            runners.error(
+                ("dense_bf16_check", "scalars"),
+                (
+                    f"the call of {c.family} needs {', '.join(required)} "
+                    f"({fam_at}); give {'them' if len(required) > 1 else 'it'}"
+                    " a value here"
+                ),
+            )
+        )
     if errors:
         return errors
     s = ls.spec
@@ -238,10 +334,17 @@ def _check_call(runners, ls, c: DenseBf16Contract, dense: list) -> list[SpecErro
         known = {**s.constants, **check.dims, **check.scalars, "vec": s.vector.elements_for(dtypes)}
         for i, gate in enumerate(s.gates):
             if _decide(gate.check, known) is False:
-                return [runners.error(("dense_bf16_check", "dims"), (
-                    f"{c.family} refuses this call: gate {i} `{gate.check}` fails for "
-                    f"{', '.join(f'{d} = {v}' for d, v in check.dims.items())} in ({c.source}, {c.target}) = "
-                    f"({src}, {dst}) ({ls.file}:{ls.located.line_of(('gates', i, 'check'))}); " "pick sizes it accepts"))]
+                return [
+                    runners.error(
+                        ("dense_bf16_check", "dims"),
+                        (
+                            f"{c.family} refuses this call: gate {i} `{gate.check}` fails for "
+                            f"{', '.join(f'{d} = {v}' for d, v in check.dims.items())} in ({c.source}, {c.target}) = "
+                            f"({src}, {dst}) ({ls.file}:{ls.located.line_of(('gates', i, 'check'))}); "
+                            "pick sizes it accepts"
+                        ),
+                    )
+                ]
     return []
 
 
@@ -267,8 +370,15 @@ def _same_math(ls, c: DenseBf16Contract, runner_at: str) -> list[SpecError]:
         if len(set(fast.values())) > 1:
             approx = [f"({s}, {d})" for (s, d), f in fast.items() if f]
             exact = [f"({s}, {d})" for (s, d), f in fast.items() if not f]
-            return [ls.error(("fast_math", "when"), (
-                f"fast_math makes ({c.source}, {c.target}) = {', '.join(approx)} approximate but "
-                f"{', '.join(exact)} accurate, while the dense-bf16 " "runners need both to compute one fp32 value "
-                f"({runner_at}; {CONTRACT}); keep them both off (or both on) fast_math"))]
+            return [
+                ls.error(
+                    ("fast_math", "when"),
+                    (
+                        f"fast_math makes ({c.source}, {c.target}) = {', '.join(approx)} approximate but "
+                        f"{', '.join(exact)} accurate, while the dense-bf16 "
+                        "runners need both to compute one fp32 value "
+                        f"({runner_at}; {CONTRACT}); keep them both off (or both on) fast_math"
+                    ),
+                )
+            ]
     return []

@@ -18,6 +18,7 @@ measured is its objects plus the median of what linking added to those that were
 A unit the table lacks is priced at the median of its family's units on that arch (else on any
 arch, else of the whole table) and counted as estimated, so a report can say how much is guessed.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,11 @@ class CostTable:
 
     def merge(self, other: CostTable) -> CostTable:
         """This table with every entry `other` measured put over it."""
-        out = CostTable({a: dict(u) for a, u in self.units.items()},
-                        {a: dict(lib) for a, lib in self.libraries.items()}, dict(self.measured))
+        out = CostTable(
+            {a: dict(u) for a, u in self.units.items()},
+            {a: dict(lib) for a, lib in self.libraries.items()},
+            dict(self.measured),
+        )
         for arch, units in other.units.items():
             out.units.setdefault(arch, {}).update(units)
         for arch, libs in other.libraries.items():
@@ -73,8 +77,11 @@ class CostTable:
             return Cost(entry["seconds"], entry["bytes"])
         for pool in (self._family(family, arch), self._family(family, None), self._all()):
             if pool:
-                return Cost(statistics.median(e["seconds"] for e in pool),
-                            int(statistics.median(e["bytes"] for e in pool)), estimated=True)
+                return Cost(
+                    statistics.median(e["seconds"] for e in pool),
+                    int(statistics.median(e["bytes"] for e in pool)),
+                    estimated=True,
+                )
         return Cost(0.0, 0, estimated=True)
 
     def library_bytes(self, family: str, arch: str, units: list[str]) -> tuple[int, int]:
@@ -108,18 +115,29 @@ def load(path: Path, shown: str = TABLE) -> CostTable:
     except FileNotFoundError:
         return CostTable()
     except (OSError, ValueError) as exc:
-        raise CostTableError(f"{shown}: not readable JSON ({exc}); rerun `k3gen compile --record-costs` "
-                             "or restore it from git") from None
+        raise CostTableError(
+            f"{shown}: not readable JSON ({exc}); rerun `k3gen compile --record-costs` or restore it from git"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise CostTableError(f"{shown}: not a format {FORMAT} cost table (see k3gen/costs.py)")
     table = CostTable(data.get("units", {}), data.get("libraries", {}), data.get("measured", {}))
-    problems = [f"units.{a}.{k}" for a, units in _items(table.units) for k, e in _items(units)
-                if not _entry_ok(e, ("seconds", "bytes"))]
-    problems += [f"libraries.{a}.{k}" for a, libs in _items(table.libraries) for k, e in _items(libs)
-                 if not _entry_ok(e, ("bytes", "unit_bytes"))]
+    problems = [
+        f"units.{a}.{k}"
+        for a, units in _items(table.units)
+        for k, e in _items(units)
+        if not _entry_ok(e, ("seconds", "bytes"))
+    ]
+    problems += [
+        f"libraries.{a}.{k}"
+        for a, libs in _items(table.libraries)
+        for k, e in _items(libs)
+        if not _entry_ok(e, ("bytes", "unit_bytes"))
+    ]
     if problems or not isinstance(table.measured, dict):
-        raise CostTableError(f"{shown}: entries that are not non-negative numbers: "
-                             f"{', '.join(problems[:5]) or 'measured'}{' …' if len(problems) > 5 else ''}")
+        raise CostTableError(
+            f"{shown}: entries that are not non-negative numbers: "
+            f"{', '.join(problems[:5]) or 'measured'}{' …' if len(problems) > 5 else ''}"
+        )
     return table
 
 
@@ -133,8 +151,8 @@ def _items(mapping) -> list:
 
 def _entry_ok(entry, fields: tuple[str, ...]) -> bool:
     return isinstance(entry, dict) and all(
-        isinstance(entry.get(f), (int, float)) and not isinstance(entry.get(f), bool) and entry[f] >= 0
-        for f in fields)
+        isinstance(entry.get(f), (int, float)) and not isinstance(entry.get(f), bool) and entry[f] >= 0 for f in fields
+    )
 
 
 # ---------------------------------------------------------------------- measuring a `k3gen compile`
@@ -174,5 +192,7 @@ def measure(out: Path, targets: list, how: dict[str, str]) -> CostTable:
         lib = out / t.entry / "lib.so"
         if lib.is_file() and len(units) == len(req.sources):
             table.libraries.setdefault(req.arch, {})[req.family] = {
-                "bytes": lib.stat().st_size, "unit_bytes": sum(u["bytes"] for u in units.values())}
+                "bytes": lib.stat().st_size,
+                "unit_bytes": sum(u["bytes"] for u in units.values()),
+            }
     return table

@@ -8,6 +8,7 @@ from the compile-cost table); then the generated files and translation units tou
 pure function of two plans and two file sets; `format_text`, `format_markdown` and `format_json`
 print its report; `export_rev` is the git plumbing.
 """
+
 from __future__ import annotations
 
 import io
@@ -18,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import costs, identity
-from .pricing import Price, Pricing, price
 from .plan import FamilyPlan, Specialization
+from .pricing import Price, Pricing, price
 
 # What a rev must provide to be rendered: the specs, the templates, the oracles the loader checks.
 EXPORTED = ("specs", "templates", "k3gen/oracles")
@@ -104,13 +105,18 @@ class DiffReport:
 
     def totals(self) -> dict[str, int]:
         fams = self.families
-        return {"specializations_added": sum(len(f.added) for f in fams),
-                "specializations_removed": sum(len(f.removed) for f in fams),
-                "cache_keys_invalidated": sum(len(f.invalidated) for f in fams),
-                "libraries_changed": len(self.libraries),
-                "files_added": len(self.files_added), "files_removed": len(self.files_removed),
-                "files_changed": len(self.files_changed), "units_added": len(self.units_added),
-                "units_removed": len(self.units_removed), "units_changed": len(self.units_changed)}
+        return {
+            "specializations_added": sum(len(f.added) for f in fams),
+            "specializations_removed": sum(len(f.removed) for f in fams),
+            "cache_keys_invalidated": sum(len(f.invalidated) for f in fams),
+            "libraries_changed": len(self.libraries),
+            "files_added": len(self.files_added),
+            "files_removed": len(self.files_removed),
+            "files_changed": len(self.files_changed),
+            "units_added": len(self.units_added),
+            "units_removed": len(self.units_removed),
+            "units_changed": len(self.units_changed),
+        }
 
     def __bool__(self) -> bool:
         return bool(self.families or self.files_added or self.files_removed or self.files_changed)
@@ -120,10 +126,18 @@ class DiffReport:
 # Comparing
 
 
-def compare(old: list[FamilyPlan], new: list[FamilyPlan], old_files: dict[str, str], new_files: dict[str, str],
-            base: str = "base", head: str = "work tree", notes: list[str] | None = None,
-            table: costs.CostTable | None = None, table_name: str = costs.TABLE,
-            only: set[str] | None = None) -> DiffReport:
+def compare(
+    old: list[FamilyPlan],
+    new: list[FamilyPlan],
+    old_files: dict[str, str],
+    new_files: dict[str, str],
+    base: str = "base",
+    head: str = "work tree",
+    notes: list[str] | None = None,
+    table: costs.CostTable | None = None,
+    table_name: str = costs.TABLE,
+    only: set[str] | None = None,
+) -> DiffReport:
     """The report of going from (old plans, old rendered files) to (new plans, new rendered files).
 
     table: the compile-cost table that prices the change (none: every unit estimated at 0 s);
@@ -146,17 +160,32 @@ def compare(old: list[FamilyPlan], new: list[FamilyPlan], old_files: dict[str, s
     changed = sorted(f"generated/{p}" for p in new_files.keys() & old_files.keys() if new_files[p] != old_files[p])
     from .pricing import over_budget
 
-    return DiffReport(base, head, len(olds.keys() | news.keys()), sorted(news.keys() - olds.keys()),
-                      sorted(olds.keys() - news.keys()), families, added, removed, changed, list(notes or []),
-                      _library_changes(old_libs, new_libs), price(old_libs, new_libs, table, table_name),
-                      [str(e) for e in over_budget(new, new_libs, table)])
+    return DiffReport(
+        base,
+        head,
+        len(olds.keys() | news.keys()),
+        sorted(news.keys() - olds.keys()),
+        sorted(olds.keys() - news.keys()),
+        families,
+        added,
+        removed,
+        changed,
+        list(notes or []),
+        _library_changes(old_libs, new_libs),
+        price(old_libs, new_libs, table, table_name),
+        [str(e) for e in over_budget(new, new_libs, table)],
+    )
 
 
 def _files_of(files: dict[str, str], families: set[str]) -> dict[str, str]:
     """The rendered files that belong to these families alone (not the shared index, MANIFEST, ...)."""
+
     def mine(path: str) -> bool:
-        return any(path.startswith(f"k3kernels/csrc/{f}/") or path in (f"k3kernels/{f}.py", f"tests/test_{f}.py",
-                                                                         f"docs/{f}.md") for f in families)
+        return any(
+            path.startswith(f"k3kernels/csrc/{f}/")
+            or path in (f"k3kernels/{f}.py", f"tests/test_{f}.py", f"docs/{f}.md")
+            for f in families
+        )
 
     return {p: t for p, t in files.items() if mine(p) or p == "k3kernels/csrc/k3_backend.h"}
 
@@ -171,49 +200,68 @@ def _library_changes(old: list[identity.Library], new: list[identity.Library]) -
 
 def _ref(sp: Specialization, keys: dict[str, str]) -> SpecializationRef:
     v = sp.variant
-    return SpecializationRef(sp.identity, sp.backend, sp.arch, dict(v.dtypes), dict(v.params), dict(v.flags),
-                             keys[sp.identity])
+    return SpecializationRef(
+        sp.identity, sp.backend, sp.arch, dict(v.dtypes), dict(v.params), dict(v.flags), keys[sp.identity]
+    )
 
 
-def _family_diff(old: FamilyPlan | None, new: FamilyPlan | None, okeys: dict[str, str],
-                 nkeys: dict[str, str]) -> FamilyDiff:
+def _family_diff(
+    old: FamilyPlan | None, new: FamilyPlan | None, okeys: dict[str, str], nkeys: dict[str, str]
+) -> FamilyDiff:
     if old is None or new is None:
         p = old or new
         refs = [_ref(sp, okeys if new is None else nkeys) for sp in p.specializations]
-        return FamilyDiff(p.name, "added" if old is None else "removed",
-                          added=refs if old is None else [], removed=refs if new is None else [])
+        return FamilyDiff(
+            p.name,
+            "added" if old is None else "removed",
+            added=refs if old is None else [],
+            removed=refs if new is None else [],
+        )
     o = {sp.identity: sp for sp in old.specializations}
     n = {sp.identity: sp for sp in new.specializations}
-    return FamilyDiff(new.name, "changed",
-                      added=[_ref(n[i], nkeys) for i in n if i not in o],
-                      removed=[_ref(o[i], okeys) for i in o if i not in n],
-                      invalidated=[i for i in n if i in o and nkeys[i] != okeys[i]],
-                      changes=spec_changes(old, new))
+    return FamilyDiff(
+        new.name,
+        "changed",
+        added=[_ref(n[i], nkeys) for i in n if i not in o],
+        removed=[_ref(o[i], okeys) for i in o if i not in n],
+        invalidated=[i for i in n if i in o and nkeys[i] != okeys[i]],
+        changes=spec_changes(old, new),
+    )
 
 
 def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
     """The spec-level changes of one family, old → new, in a fixed order."""
     a, b = old.spec, new.spec
     out: list[Change] = []
-    out += _keyed("targets", {"cuda": a.targets.cuda, "hip": a.targets.hip},
-                  {"cuda": b.targets.cuda, "hip": b.targets.hip}, lambda v: ", ".join(v) or "none")
+    out += _keyed(
+        "targets",
+        {"cuda": a.targets.cuda, "hip": a.targets.hip},
+        {"cuda": b.targets.cuda, "hip": b.targets.hip},
+        lambda v: ", ".join(v) or "none",
+    )
     out += _keyed("axis", a.dtypes.axes, b.dtypes.axes, ", ".join)
     out += _keyed("exclusion", _exclusions(old), _exclusions(new), str)
-    out += _keyed("default", {k: d.map for k, d in a.dtypes.defaults.items()},
-                  {k: d.map for k, d in b.dtypes.defaults.items()},
-                  # as the spec writes it, so that → means old → new only
-                  lambda m: "{" + ", ".join(f"{s}: {t}" for s, t in m.items()) + "}")
+    out += _keyed(
+        "default",
+        {k: d.map for k, d in a.dtypes.defaults.items()},
+        {k: d.map for k, d in b.dtypes.defaults.items()},
+        # as the spec writes it, so that → means old → new only
+        lambda m: "{" + ", ".join(f"{s}: {t}" for s, t in m.items()) + "}",
+    )
     out += _keyed("gate", {g.source: r for g, r in old.gates}, {g.source: r for g, r in new.gates}, str)
     out += _keyed("constant", a.constants, b.constants, repr)
     if a.tie_order != b.tie_order:
         out.append(Change("tie_order", "tie_order", *_tie_texts(a.tie_order, b.tie_order)))
     if a.sigmoid != b.sigmoid:
         out.append(Change("sigmoid", "sigmoid", _per_backend_text(a.sigmoid, str), _per_backend_text(b.sigmoid, str)))
-    out += _keyed("param", a.params, b.params, lambda p: f"values {', '.join(map(str, p.values))}; "
-                                                         f"default {p.default}")
+    out += _keyed("param", a.params, b.params, lambda p: f"values {', '.join(map(str, p.values))}; default {p.default}")
     out += _keyed("flag", a.flags, b.flags, _flag_text)
-    out += _keyed("runner", {r.name: r for r in getattr(old, "runners", [])},
-                  {r.name: r for r in getattr(new, "runners", [])}, _dumped)
+    out += _keyed(
+        "runner",
+        {r.name: r for r in getattr(old, "runners", [])},
+        {r.name: r for r in getattr(new, "runners", [])},
+        _dumped,
+    )
     out += _keyed("tuning pick", _picks(old), _picks(new), str)  # specs/tuning/<family>.<device>.yaml
     for name in ("summary", "template", "vector", "fast_math", "signature", "oracle", "tests", "budget", "tuning"):
         va, vb = _dumped(getattr(a, name)), _dumped(getattr(b, name))
@@ -269,13 +317,17 @@ def _per_backend_text(value, text) -> str:
 def _tie_texts(old, new) -> tuple[str, str]:
     def text(t, places=()):
         if hasattr(t, "rule"):
-            return f"{t.rule}: {t.experts_per_group} experts to a group, lane_rank " + \
-                   ", ".join(map(str, t.lane_rank[:8])) + ", …"
+            return (
+                f"{t.rule}: {t.experts_per_group} experts to a group, lane_rank "
+                + ", ".join(map(str, t.lane_rank[:8]))
+                + ", …"
+            )
         if not isinstance(t, list):
             return _per_backend_text(t, text) if hasattr(t, "cuda") else str(t)
         if places:
-            return f"table of {len(t)}; at places {', '.join(map(str, places))}: " + \
-                   ", ".join(str(t[i]) for i in places)
+            return f"table of {len(t)}; at places {', '.join(map(str, places))}: " + ", ".join(
+                str(t[i]) for i in places
+            )
         return f"table of {len(t)}: " + ", ".join(map(str, t[:8])) + (", …" if len(t) > 8 else "")
 
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
@@ -327,8 +379,10 @@ def _change_text(c: Change) -> str:
 
 def _family_line(f: FamilyDiff) -> str:
     head = {"added": "new family", "removed": "family removed", "changed": "changed"}[f.status]
-    return (f"{head}; specializations +{len(f.added)} -{len(f.removed)}, "
-            f"{len(f.invalidated)} cache key{'s' if len(f.invalidated) != 1 else ''} invalidated")
+    return (
+        f"{head}; specializations +{len(f.added)} -{len(f.removed)}, "
+        f"{len(f.invalidated)} cache key{'s' if len(f.invalidated) != 1 else ''} invalidated"
+    )
 
 
 def _mb(n: int) -> str:
@@ -348,14 +402,27 @@ def price_rows(r: DiffReport, minus: str = "-") -> list[list[str]]:
     """One row per arch whose build changed: specializations, units, compile seconds, library bytes."""
     if r.pricing is None:
         return []
-    return [[arch, f"+{p.specializations_added} {minus}{p.specializations_removed}",
-             f"+{p.units_added} {minus}{p.units_removed}, {p.units_changed} changed; {p.units} in all",
-             f"{p.seconds:.1f} s", _bytes_text(p), _estimated_text(p)]
-            for arch, p in r.pricing.archs.items()]
+    return [
+        [
+            arch,
+            f"+{p.specializations_added} {minus}{p.specializations_removed}",
+            f"+{p.units_added} {minus}{p.units_removed}, {p.units_changed} changed; {p.units} in all",
+            f"{p.seconds:.1f} s",
+            _bytes_text(p),
+            _estimated_text(p),
+        ]
+        for arch, p in r.pricing.archs.items()
+    ]
 
 
-PRICE_HEADER = ["arch", "specializations", "translation units", "compile (one core)", "library bytes, all families",
-                "prices"]
+PRICE_HEADER = [
+    "arch",
+    "specializations",
+    "translation units",
+    "compile (one core)",
+    "library bytes, all families",
+    "prices",
+]
 
 
 def _aligned(rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -364,15 +431,19 @@ def _aligned(rows: list[list[str]], indent: str = "  ") -> list[str]:
 
 
 def _price_note(r: DiffReport) -> str:
-    return (f"compile seconds of the units added and changed, and library bytes, from {r.pricing.table}; "
-            "a unit not in it is priced at its family's median and counted as estimated")
+    return (
+        f"compile seconds of the units added and changed, and library bytes, from {r.pricing.table}; "
+        "a unit not in it is priced at its family's median and counted as estimated"
+    )
 
 
 def _family_price_lines(r: DiffReport, family: str) -> list[str]:
     prices = r.pricing.families.get(family, {}) if r.pricing else {}
-    return [f"  cost on {arch}: units +{p.units_added} -{p.units_removed}, {p.units_changed} changed "
-            f"({p.units} in all); {p.seconds:.1f} s to compile; library {_bytes_text(p)}; {_estimated_text(p)}"
-            for arch, p in prices.items()]
+    return [
+        f"  cost on {arch}: units +{p.units_added} -{p.units_removed}, {p.units_changed} changed "
+        f"({p.units} in all); {p.seconds:.1f} s to compile; library {_bytes_text(p)}; {_estimated_text(p)}"
+        for arch, p in prices.items()
+    ]
 
 
 def _library_text(c: LibraryChange) -> str:
@@ -387,9 +458,11 @@ def format_text(r: DiffReport, verbose: bool = False) -> str:
     lines += [f"note: {n}" for n in r.notes]
     if not r:
         return "\n".join(lines + ["no differences in specializations, cache keys or generated files"]) + "\n"
-    lines.append(f"families: {r.families_compared} compared, +{len(r.families_added)} "
-                 f"({', '.join(r.families_added) or 'none'}), -{len(r.families_removed)} "
-                 f"({', '.join(r.families_removed) or 'none'})")
+    lines.append(
+        f"families: {r.families_compared} compared, +{len(r.families_added)} "
+        f"({', '.join(r.families_added) or 'none'}), -{len(r.families_removed)} "
+        f"({', '.join(r.families_removed) or 'none'})"
+    )
     for f in r.families:
         lines.append(f"\n{f.family}: {_family_line(f)}")
         for sign, refs in (("+", f.added), ("-", f.removed)):
@@ -413,8 +486,9 @@ def format_text(r: DiffReport, verbose: bool = False) -> str:
     if r.over_budget:
         lines += ["", "over budget (`k3gen diff --check-budget` and `k3gen check` fail):"]
         lines += [f"  {e}" for e in r.over_budget]
-    lines.append(f"\ngenerated files: {t['files_added']} added, {t['files_removed']} removed, "
-                 f"{t['files_changed']} changed")
+    lines.append(
+        f"\ngenerated files: {t['files_added']} added, {t['files_removed']} removed, {t['files_changed']} changed"
+    )
     lines.append(f"translation units: +{t['units_added']} -{t['units_removed']} ({t['units_changed']} changed)")
     for sign, files in (("A", r.files_added), ("D", r.files_removed), ("M", r.files_changed)):
         lines += [f"  {sign} {p}" for p in files]
@@ -432,16 +506,29 @@ def format_markdown(r: DiffReport) -> str:
     out += [f"> {n}" for n in r.notes] + ([""] if r.notes else [])
     if not r:
         return "\n".join(out + ["No differences in specializations, cache keys or generated files.", ""])
-    out += ["| family | status | specializations added | removed | cache keys invalidated | libraries rebuilt |",
-            "| --- | --- | --- | --- | --- | --- |"]
-    out += [f"| `{f.family}` | {f.status} | {len(f.added)} | {len(f.removed)} | {len(f.invalidated)} | "
-            f"{sum(c.family == f.family for c in r.libraries)} |" for f in r.families]
-    out += ["", f"Generated files: **{t['files_added']} added, {t['files_removed']} removed, "
-                f"{t['files_changed']} changed**; translation units: **+{t['units_added']} −{t['units_removed']}** "
-                f"({t['units_changed']} changed).", ""]
+    out += [
+        "| family | status | specializations added | removed | cache keys invalidated | libraries rebuilt |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    out += [
+        f"| `{f.family}` | {f.status} | {len(f.added)} | {len(f.removed)} | {len(f.invalidated)} | "
+        f"{sum(c.family == f.family for c in r.libraries)} |"
+        for f in r.families
+    ]
+    out += [
+        "",
+        f"Generated files: **{t['files_added']} added, {t['files_removed']} removed, "
+        f"{t['files_changed']} changed**; translation units: **+{t['units_added']} −{t['units_removed']}** "
+        f"({t['units_changed']} changed).",
+        "",
+    ]
     if rows := price_rows(r, minus="−"):
-        out += [f"**Cost per arch**: {_price_note(r)}.", "", "| " + " | ".join(PRICE_HEADER) + " |",
-                "|" + " --- |" * len(PRICE_HEADER)]
+        out += [
+            f"**Cost per arch**: {_price_note(r)}.",
+            "",
+            "| " + " | ".join(PRICE_HEADER) + " |",
+            "|" + " --- |" * len(PRICE_HEADER),
+        ]
         out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows] + [""]
     if r.over_budget:
         out += ["**Over budget** (`k3gen diff --check-budget` and `k3gen check` fail):", ""]
@@ -452,23 +539,31 @@ def format_markdown(r: DiffReport) -> str:
             out += ["| change | dtype cell | variants | archs | specializations |", "| --- | --- | --- | --- | --- |"]
             for sign, refs in (("added", f.added), ("removed", f.removed)):
                 for cell, variants, archs, n in grouped(refs):
-                    out.append(f"| {sign} | {_md(cell)} | {_md('; '.join(variants) or '—')} | "
-                               f"{', '.join(archs)} | {n} |")
+                    out.append(
+                        f"| {sign} | {_md(cell)} | {_md('; '.join(variants) or '—')} | {', '.join(archs)} | {n} |"
+                    )
             out.append("")
         if f.changes:
             out += ["| what | name | old | new |", "| --- | --- | --- | --- |"]
-            out += [f"| {c.kind} | `{_md(c.name)}` | {_md(c.old) if c.old is not None else '—'} | "
-                    f"{_md(c.new) if c.new is not None else '—'} |" for c in f.changes]
+            out += [
+                f"| {c.kind} | `{_md(c.name)}` | {_md(c.old) if c.old is not None else '—'} | "
+                f"{_md(c.new) if c.new is not None else '—'} |"
+                for c in f.changes
+            ]
             out.append("")
         prices = r.pricing.families.get(f.family, {}) if r.pricing else {}
         if prices:
-            out += ["| arch | units + / − / changed | compile | library bytes | library key | prices |",
-                    "| --- | --- | --- | --- | --- | --- |"]
+            out += [
+                "| arch | units + / − / changed | compile | library bytes | library key | prices |",
+                "| --- | --- | --- | --- | --- | --- |",
+            ]
             keys = {c.arch: c for c in r.libraries if c.family == f.family}
             for arch, p in prices.items():
                 key = f"`{_library_text(keys[arch]).split(' ', 1)[1]}`" if arch in keys else "unchanged"
-                out.append(f"| {arch} | +{p.units_added} / −{p.units_removed} / {p.units_changed} | "
-                           f"{p.seconds:.1f} s | {_bytes_text(p)} | {key} | {_estimated_text(p)} |")
+                out.append(
+                    f"| {arch} | +{p.units_added} / −{p.units_removed} / {p.units_changed} | "
+                    f"{p.seconds:.1f} s | {_bytes_text(p)} | {key} | {_estimated_text(p)} |"
+                )
             out.append("")
         if f.invalidated:
             out += [f"<details><summary>{len(f.invalidated)} cache keys invalidated</summary>", ""]
@@ -497,8 +592,9 @@ FORMATS = {"text": format_text, "markdown": format_markdown, "json": format_json
 
 def _git(root: Path, *args: str, binary: bool = False):
     try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False,
-                              text=not binary, timeout=120)
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, check=False, text=not binary, timeout=120
+        )
     except FileNotFoundError:
         raise DiffError("k3gen diff: git not found; install git or run from a git checkout") from None
     if done.returncode != 0:
@@ -522,13 +618,16 @@ def export_rev(root: Path, rev: str, dest: Path) -> tuple[Path, str]:
     try:
         top = Path(_git(root, "rev-parse", "--show-toplevel").strip())
     except DiffError:
-        raise DiffError(f"k3gen diff: {root} is not in a git repository; diff compares the work tree with a "
-                        "commit") from None
+        raise DiffError(
+            f"k3gen diff: {root} is not in a git repository; diff compares the work tree with a commit"
+        ) from None
     try:
         short = _git(root, "rev-parse", "--short", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
     except DiffError:
-        raise DiffError(f"k3gen diff: '{rev}' is not a commit here; give a branch, tag or commit, or none for "
-                        "the merge base of HEAD and main") from None
+        raise DiffError(
+            f"k3gen diff: '{rev}' is not a commit here; give a branch, tag or commit, or none for "
+            "the merge base of HEAD and main"
+        ) from None
     prefix = Path(root).resolve().relative_to(top.resolve()).as_posix()  # the project may sit below the top
     prefix = "" if prefix == "." else prefix + "/"
     paths = [f"{prefix}{p}" for p in EXPORTED]
@@ -596,10 +695,22 @@ def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = No
         UnknownFamilyError.check(families, known)
     base = f"{rev} ({short})" if how == "rev" and rev != short else f"{how} ({short})" if how != "rev" else short
     notes = [f"templates not at {short}, taken from the work tree: {', '.join(borrowed)}"] if borrowed else []
-    notes += [f"oracles without SUPPORTED at {short}, read from the work tree: {', '.join(undeclared)}"] \
-        if undeclared else []
-    return compare(old_plans, new_plans, old_files, new_files, base=base, head="work tree", notes=notes,
-                   table=table, only=set(families) if families else None)
+    notes += (
+        [f"oracles without SUPPORTED at {short}, read from the work tree: {', '.join(undeclared)}"]
+        if undeclared
+        else []
+    )
+    return compare(
+        old_plans,
+        new_plans,
+        old_files,
+        new_files,
+        base=base,
+        head="work tree",
+        notes=notes,
+        table=table,
+        only=set(families) if families else None,
+    )
 
 
 def _borrow_undeclared_oracles(root: Path, old_root: Path) -> list[str]:

@@ -1,4 +1,5 @@
 """Errors a spec author or a caller sees. Spec errors are collected as values and reported together."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,8 +66,10 @@ class UnknownFamilyError(ValueError):
     def __init__(self, unknown: list[str], known: list[str]):
         self.unknown, self.known = unknown, known
         names = ", ".join(f"'{n}'" for n in unknown)
-        super().__init__(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {visible(names)}; "
-                         f"families: {', '.join(known) or 'none'}")
+        super().__init__(
+            f"unknown famil{'ies' if len(unknown) > 1 else 'y'} {visible(names)}; "
+            f"families: {', '.join(known) or 'none'}"
+        )
 
     @classmethod
     def check(cls, names: list[str], known: list[str]) -> None:

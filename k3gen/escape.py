@@ -4,6 +4,7 @@ Identifiers, numbers and module names reach output through k3gen.grammar; free t
 reasons, notes) is one printable line by the model's rule, and leaves through exactly one of these.
 Each is safe on any input, so a grammar slip still cannot open a string, a comment or a docstring.
 """
+
 from __future__ import annotations
 
 import html

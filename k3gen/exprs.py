@@ -11,6 +11,7 @@ for optional arguments. Types are checked (int, float, bool) so `and`/`or` never
 operand must be a positive integer known when the spec is loaded (a literal, constant, integer param
 or vec): no division by zero, and the two languages agree on negative left operands.
 """
+
 from __future__ import annotations
 
 import ast
@@ -22,8 +23,10 @@ MAX_DEPTH = 12  # nesting of one expression's syntax tree
 _ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*"}
 _FLOOR = {ast.FloorDiv: ("//", "k3::floordiv"), ast.Mod: ("%", "k3::floormod")}
 _CMPOPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
-GRAMMAR = ("integer arithmetic (+ - * // %), comparisons, and/or/not, `a if c else b`, declared names, "
-           "T.ptr, T.stride0, T.shape[i] and `X is None`")
+GRAMMAR = (
+    "integer arithmetic (+ - * // %), comparisons, and/or/not, `a if c else b`, declared names, "
+    "T.ptr, T.stride0, T.shape[i] and `X is None`"
+)
 
 
 class ExprError(ValueError):
@@ -44,8 +47,14 @@ class Name:
 
 def constant(value) -> Name:
     """A spec constant: inlined in both languages."""
-    return Name(_type_of(value), _literal(value, "py"), _literal(value, "cpp"), shown=False,
-                positive=type(value) is int and value > 0, value=value if type(value) is int else None)
+    return Name(
+        _type_of(value),
+        _literal(value, "py"),
+        _literal(value, "cpp"),
+        shown=False,
+        positive=type(value) is int and value > 0,
+        value=value if type(value) is int else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -77,8 +86,10 @@ def parse_expr(source, scope: Scope) -> Expr:
         raise ExprError(f"expected an expression (a string or an integer); got {type(source).__name__}")
     text = str(source)
     if len(text) > MAX_SOURCE:
-        raise ExprError(f"the expression has {len(text)} characters; at most {MAX_SOURCE} (exprs.MAX_SOURCE): "
-                        "name a dim or a constant for the repeated part")
+        raise ExprError(
+            f"the expression has {len(text)} characters; at most {MAX_SOURCE} (exprs.MAX_SOURCE): "
+            "name a dim or a constant for the repeated part"
+        )
     try:
         tree = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as exc:
@@ -89,9 +100,11 @@ def parse_expr(source, scope: Scope) -> Expr:
     r = _Renderer(scope)
     py, cpp, typ = r.render(tree)
     if scope.cpp and cpp is None:
-        raise ExprError(f"'{text}' is checked again in C++, which cannot read T.shape[i], `is None` or the "
-                        "stride0 of a tensor whose layout is not rows; use dims, scalars, constants, params, vec, "
-                        "T.ptr and T.stride0")
+        raise ExprError(
+            f"'{text}' is checked again in C++, which cannot read T.shape[i], `is None` or the "
+            "stride0 of a tensor whose layout is not rows; use dims, scalars, constants, params, vec, "
+            "T.ptr and T.stride0"
+        )
     if typ != scope.want and not (scope.want == "int" and typ == "int"):
         raise ExprError(f"'{text}' is {_a(typ)} expression; {_a(scope.want)} is needed here")
     moduli = tuple(r.moduli) if len(r.moduli) == r.ptr_reads else None
@@ -107,8 +120,9 @@ def _check_depth(tree: ast.AST) -> None:
     while todo:
         node, depth = todo.pop()
         if depth > MAX_DEPTH:
-            raise ExprError(f"the expression nests deeper than {MAX_DEPTH} levels (exprs.MAX_DEPTH); "
-                            "split it into named dims")
+            raise ExprError(
+                f"the expression nests deeper than {MAX_DEPTH} levels (exprs.MAX_DEPTH); split it into named dims"
+            )
         todo += [(child, depth + 1) for child in ast.iter_child_nodes(node)]
 
 
@@ -135,8 +149,9 @@ class _Renderer:
     def _Constant(self, node):
         v = node.value
         if type(v) not in (int, bool):
-            raise ExprError(f"{v!r}: only integer and True/False literals are allowed (a float or text belongs "
-                            "in `constants`)")
+            raise ExprError(
+                f"{v!r}: only integer and True/False literals are allowed (a float or text belongs in `constants`)"
+            )
         return _literal(v, "py"), _literal(v, "cpp"), _type_of(v)
 
     def _Name(self, node):
@@ -166,15 +181,20 @@ class _Renderer:
             if "bool" in (lt, rt):
                 raise ExprError(f"'{_unparse(node)}': arithmetic on a true/false value")
             s = _ARITH[op]
-            return f"({lp} {s} {rp})", _join2(lc, rc, lambda a, b: f"({a} {s} {b})"), \
-                "float" if "float" in (lt, rt) else "int"
+            return (
+                f"({lp} {s} {rp})",
+                _join2(lc, rc, lambda a, b: f"({a} {s} {b})"),
+                "float" if "float" in (lt, rt) else "int",
+            )
         if op in _FLOOR:
             lp, lc = self._typed(node.left, "int")
             rp, rc = self._typed(node.right, "int")
             if not self._positive(node.right):
-                raise ExprError(f"'{_unparse(node)}': the right operand of {_FLOOR[op][0]} must be a positive "
-                                "integer known when the spec is loaded (a literal, a constant, an integer param or "
-                                "vec), so both languages agree and nothing divides by zero")
+                raise ExprError(
+                    f"'{_unparse(node)}': the right operand of {_FLOOR[op][0]} must be a positive "
+                    "integer known when the spec is loaded (a literal, a constant, an integer param or "
+                    "vec), so both languages agree and nothing divides by zero"
+                )
             py_op, fn = _FLOOR[op]
             if op is ast.Mod and isinstance(node.left, ast.Attribute) and node.left.attr == "ptr":
                 modulus = self._static_value(node.right)
@@ -258,22 +278,28 @@ class _Renderer:
             raise ExprError(f"'{_unparse(node)}': only T.shape[i] may be indexed")
         t = self._tensor(value.value, node)
         index = node.slice
-        if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub) and isinstance(index.operand, ast.Constant):
+        if (
+            isinstance(index, ast.UnaryOp)
+            and isinstance(index.op, ast.USub)
+            and isinstance(index.operand, ast.Constant)
+        ):
             i = -index.operand.value if type(index.operand.value) is int else None
         else:
             i = index.value if isinstance(index, ast.Constant) and type(index.value) is int else None
         rank = self.scope.tensors[t]
         if i is None or not -rank <= i < rank:
-            raise ExprError(f"'{_unparse(node)}': the index must be an integer literal in {-rank}..{rank - 1} "
-                            f"({t} has rank {rank})")
+            raise ExprError(
+                f"'{_unparse(node)}': the index must be an integer literal in {-rank}..{rank - 1} ({t} has rank {rank})"
+            )
         self.shown.append(f"{t}.shape[{i}]")
         return f"{t}.shape[{i}]", None, "int"
 
     def _tensor(self, node, whole) -> str:
         if not isinstance(node, ast.Name) or node.id not in self.scope.tensors:
             known = ", ".join(sorted(self.scope.tensors)) or "none"
-            raise ExprError(f"'{_unparse(whole)}': attributes are read from tensor arguments only; tensors "
-                            f"readable here: {known}")
+            raise ExprError(
+                f"'{_unparse(whole)}': attributes are read from tensor arguments only; tensors readable here: {known}"
+            )
         return node.id
 
 

@@ -6,6 +6,7 @@ generated wrapper runs (`//` and `%` floor). A name with no value here (a scalar
 tensor attribute such as `x.ptr`, which only a real call has) is UNKNOWN, and and/or/not follow
 three-valued logic: a gate counts as refused only when it is False whatever the unknowns are.
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,10 +20,21 @@ class _Unknown:
 
 UNKNOWN = _Unknown()
 
-_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-          ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
-_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-            ast.Gt: operator.gt, ast.GtE: operator.ge}
+_ARITH = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 
 
 class GateEvalError(ValueError):
@@ -41,8 +53,22 @@ def parse(source) -> ast.expr:
     return tree
 
 
-_ALLOWED = (ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.BinOp, *_ARITH, ast.Compare,
-            *_COMPARE, ast.Constant, ast.Name, ast.Attribute, ast.Load)
+_ALLOWED = (
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.UnaryOp,
+    ast.Not,
+    ast.USub,
+    ast.BinOp,
+    *_ARITH,
+    ast.Compare,
+    *_COMPARE,
+    ast.Constant,
+    ast.Name,
+    ast.Attribute,
+    ast.Load,
+)
 
 
 def names(source) -> list[str]:

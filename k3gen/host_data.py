@@ -16,8 +16,10 @@ from .spellings import torch_dtype
 def host_module_data(p: FamilyPlan, sources: dict, headers: dict, pointers: list[str], outputs: list[str]) -> dict:
     """Every data value host.py.j2 writes, by its name in the generated module."""
     s = p.spec
-    defaults = {f"DEFAULT_{axis.upper()}": {Name(torch_dtype(a)): Name(torch_dtype(b)) for a, b in d.map.items()}
-                for axis, d in s.dtypes.defaults.items()}
+    defaults = {
+        f"DEFAULT_{axis.upper()}": {Name(torch_dtype(a)): Name(torch_dtype(b)) for a, b in d.map.items()}
+        for axis, d in s.dtypes.defaults.items()
+    }
     variants = {}
     for v in p.variants:
         parts = (*(Name(torch_dtype(d)) for d in v.dtypes.values()), *v.params.values(), *v.flags.values())
@@ -33,8 +35,9 @@ def host_module_data(p: FamilyPlan, sources: dict, headers: dict, pointers: list
         "SOURCES": sources,
         "HEADERS": headers,
         "ARCH_DEFINES": {arch: p.arch_defines(arch) for b in p.backends for arch in p.archs(b)},
-        "TENSORS": tuple((n, len(t.shape), "output" if t.output else "optional" if t.optional else "input")
-                         for n, t in ordered),
+        "TENSORS": tuple(
+            (n, len(t.shape), "output" if t.output else "optional" if t.optional else "input") for n, t in ordered
+        ),
         "GATES": [(g.source, reason) for g, reason in p.gates],
         "POINTERS": pointers,
         "OUTPUT_SLOTS": tuple(pointers.index(o) for o in outputs),

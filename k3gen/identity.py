@@ -16,6 +16,7 @@ whitespace, key order or YAML style edit, and a reason or summary that only mess
 change no key; a template edit changes the keys of the units whose bytes it changes. The compiler's
 version is bound in by the runtime (artifact.full_key) on the machine that builds.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -55,8 +56,14 @@ class Library:
 def request_for(p: FamilyPlan, arch: str, csrc: Path) -> BuildRequest:
     """The request the generated wrapper's FamilyModule.request(arch) makes (tests/test_aot checks)."""
     backend = backend_of(arch)
-    return BuildRequest(p.name, arch, csrc, tuple(kernel_sources(p, backend)), tuple(kernel_headers(p, backend)),
-                        tuple(p.arch_defines(arch)))
+    return BuildRequest(
+        p.name,
+        arch,
+        csrc,
+        tuple(kernel_sources(p, backend)),
+        tuple(kernel_headers(p, backend)),
+        tuple(p.arch_defines(arch)),
+    )
 
 
 def libraries(plans: list[FamilyPlan], files: dict[str, str]) -> list[Library]:
@@ -67,12 +74,16 @@ def libraries(plans: list[FamilyPlan], files: dict[str, str]) -> list[Library]:
         for backend in p.backends:
             for arch in p.archs(backend):
                 req = request_for(p, arch, Path(CSRC_PLACEHOLDER))
-                ids = {f"{sp.variant.name}.{TU_EXT[backend]}": sp.identity for sp in p.specializations
-                       if sp.arch == arch}
-                alone = {src: replace(req, sources=(src,), headers=_included(files, p.name, src))
-                         for src in req.sources}
-                units = tuple(Unit(src, ids.get(src, f"{p.name}__dispatch__{arch}"), alone[src].content_key(read))
-                              for src in req.sources)
+                ids = {
+                    f"{sp.variant.name}.{TU_EXT[backend]}": sp.identity for sp in p.specializations if sp.arch == arch
+                }
+                alone = {
+                    src: replace(req, sources=(src,), headers=_included(files, p.name, src)) for src in req.sources
+                }
+                units = tuple(
+                    Unit(src, ids.get(src, f"{p.name}__dispatch__{arch}"), alone[src].content_key(read))
+                    for src in req.sources
+                )
                 out.append(Library(p.name, arch, backend, req.content_key(read), units))
     return out
 
@@ -89,11 +100,16 @@ def check_unique(plans: list[FamilyPlan], libs: list[Library]) -> None:
     seen: dict[str, str] = {}
     errors = []
     for lib in libs:
-        for what, key in [(f"library {lib.family} for {lib.arch}", lib.key),
-                          *((f"specialization {u.identity}", u.key) for u in lib.units)]:
+        for what, key in [
+            (f"library {lib.family} for {lib.arch}", lib.key),
+            *((f"specialization {u.identity}", u.key) for u in lib.units),
+        ]:
             if key in seen:
-                errors.append(by_name[lib.family].error(("kernel",), f"{what} has the key of {seen[key]}; two "
-                                                                      "variants must never share a binary"))
+                errors.append(
+                    by_name[lib.family].error(
+                        ("kernel",), f"{what} has the key of {seen[key]}; two variants must never share a binary"
+                    )
+                )
             seen.setdefault(key, what)
     if errors:
         raise SpecErrors(errors)

@@ -19,17 +19,17 @@ Every name listed is read by the template, so a spec must declare it. Dtype axes
 call-time flags the file does not list are refused too: the kernel would ignore them and build the
 same code twice. Constants it does not list are free (gates may use them).
 """
+
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .paths import plain_file_inside
-
 from . import gate_eval
 from .dtypes import DTYPES
 from .errors import SpecError
+from .paths import plain_file_inside
 from .yaml_lines import LocatedData, parse_yaml
 
 LIMITS_FILE = "limits.yaml"
@@ -118,8 +118,9 @@ class _Parser:
         self.errors: list[SpecError] = []
 
     def error(self, path: tuple, message: str) -> None:
-        self.errors.append(SpecError(self.file, self.located.line_of(path), "", ".".join(map(str, path)) or "<root>",
-                                     message))
+        self.errors.append(
+            SpecError(self.file, self.located.line_of(path), "", ".".join(map(str, path)) or "<root>", message)
+        )
 
     def parse(self) -> tuple[TemplateLimits | None, list[SpecError]]:
         data = self.located.data
@@ -156,7 +157,7 @@ class _Parser:
 
     def rule(self, section: str, name: str, rule, path: tuple) -> Rule | None:
         if not isinstance(rule, dict):
-            self.error(path, "a rule is a mapping such as `{values: [...], why: \"...\"}`")
+            self.error(path, 'a rule is a mapping such as `{values: [...], why: "..."}`')
             return None
         allowed = RULE_KEYS.get(section, BOUND_KEYS)
         ok = True
@@ -166,7 +167,7 @@ class _Parser:
                 ok = False
         why = rule.get("why")
         if not isinstance(why, str) or not why.strip():
-            self.error(path, "every limit says `why: \"...\"` (the error a spec gets shows it)")
+            self.error(path, 'every limit says `why: "..."` (the error a spec gets shows it)')
             ok = False
         values = rule.get("values")
         if values is not None:
@@ -191,19 +192,27 @@ class _Parser:
             ok = False
         if not ok:
             return None
-        return Rule(section, name, self.located.line_of(path), why.strip(),
-                    tuple(values) if values is not None else None, rule.get("min"), rule.get("max"), m)
+        return Rule(
+            section,
+            name,
+            self.located.line_of(path),
+            why.strip(),
+            tuple(values) if values is not None else None,
+            rule.get("min"),
+            rule.get("max"),
+            m,
+        )
 
     def checks(self, body, limits: TemplateLimits) -> list[Check]:
         if not isinstance(body, list):
-            self.error(("checks",), "`checks` is a list of `{check: EXPR, why: \"...\"}`")
+            self.error(("checks",), '`checks` is a list of `{check: EXPR, why: "..."}`')
             return []
         known = {*limits.section("constants"), *limits.section("params"), "vec"}
         checks = []
         for i, item in enumerate(body):
             path = ("checks", i)
             if not isinstance(item, dict) or set(item) != {"check", "why"}:
-                self.error(path, "a check is `{check: EXPR, why: \"...\"}`, nothing else")
+                self.error(path, 'a check is `{check: EXPR, why: "..."}`, nothing else')
                 continue
             try:
                 names = gate_eval.names(item["check"])
@@ -212,8 +221,10 @@ class _Parser:
                 continue
             unknown = [n for n in names if n not in known]
             if unknown:
-                self.error(path + ("check",), f"'{unknown[0]}' is not a constant or param listed in this file, nor "
-                                              f"vec; list it above first")
+                self.error(
+                    path + ("check",),
+                    f"'{unknown[0]}' is not a constant or param listed in this file, nor vec; list it above first",
+                )
                 continue
             checks.append(Check(str(item["check"]), str(item["why"]), self.located.line_of(path)))
         return checks
@@ -221,22 +232,33 @@ class _Parser:
 
 # --- a spec against its template's limits ---------------------------------------------------------
 
+
 def check_spec(ls, limits: TemplateLimits) -> list[SpecError]:
     """Every located error of one loaded spec (k3gen.load.LoadedSpec) against its template's limits."""
     s, errors = ls.spec, []
     where = f"templates/{limits.template}/"
 
     def beyond(path: tuple, what: str, rule: Rule) -> None:
-        errors.append(ls.error(path, f"{what} is beyond what {where} supports: {limits.at(rule.line)} allows "
-                                     f"{rule.describe()} ({rule.why}); stay within it, or extend the template "
-                                     "and its limits"))
+        errors.append(
+            ls.error(
+                path,
+                f"{what} is beyond what {where} supports: {limits.at(rule.line)} allows "
+                f"{rule.describe()} ({rule.why}); stay within it, or extend the template "
+                "and its limits",
+            )
+        )
 
     axes = s.dtypes.axes
     for axis, rule in limits.section("dtypes").items():
         if axis not in axes:
-            errors.append(ls.error(("dtypes", "axes"), f"the template reads dtype axis '{axis}' (T_{axis}; "
-                                                       f"{limits.at(rule.line)}); declare it, e.g. "
-                                                       f"`{axis}: [{rule.values[0]}]`"))
+            errors.append(
+                ls.error(
+                    ("dtypes", "axes"),
+                    f"the template reads dtype axis '{axis}' (T_{axis}; "
+                    f"{limits.at(rule.line)}); declare it, e.g. "
+                    f"`{axis}: [{rule.values[0]}]`",
+                )
+            )
             continue
         for i, dtype in enumerate(axes[axis]):
             if not rule.allows(dtype):
@@ -244,8 +266,14 @@ def check_spec(ls, limits: TemplateLimits) -> list[SpecError]:
     errors += _unread(ls, limits, "dtypes", "dtype axis", axes, ("dtypes", "axes"))
     for name, rule in limits.section("params").items():
         if name not in s.params:
-            errors.append(_missing(ls, "params", f"the template reads param '{name}' ({limits.at(rule.line)}); "
-                                                 f"declare it: `{name}: {{values: [...], default: ...}}`"))
+            errors.append(
+                _missing(
+                    ls,
+                    "params",
+                    f"the template reads param '{name}' ({limits.at(rule.line)}); "
+                    f"declare it: `{name}: {{values: [...], default: ...}}`",
+                )
+            )
             continue
         for i, value in enumerate(s.params[name].values):
             if not rule.allows(value):
@@ -254,22 +282,35 @@ def check_spec(ls, limits: TemplateLimits) -> list[SpecError]:
     call_flags = {f: fl for f, fl in s.flags.items() if fl.archs is None}
     for name, rule in limits.section("flags").items():
         if name not in s.flags:
-            errors.append(_missing(ls, "flags", f"the template reads flag '{name}' ({limits.at(rule.line)}); "
-                                                "declare it under `flags:`"))
+            errors.append(
+                _missing(
+                    ls, "flags", f"the template reads flag '{name}' ({limits.at(rule.line)}); declare it under `flags:`"
+                )
+            )
     errors += _unread(ls, limits, "flags", "flag", call_flags, ("flags",))
     for name, rule in limits.section("constants").items():
         if name not in s.constants:
             example = _shown(rule.values[0] if rule.values else rule.min if rule.min is not None else 1)
-            errors.append(_missing(ls, "constants", f"the template reads constant '{name}' "
-                                                    f"({limits.at(rule.line)}); declare it, e.g. `{name}: {example}`"))
+            errors.append(
+                _missing(
+                    ls,
+                    "constants",
+                    f"the template reads constant '{name}' "
+                    f"({limits.at(rule.line)}); declare it, e.g. `{name}: {example}`",
+                )
+            )
         elif not rule.allows(s.constants[name]):
             beyond(("constants", name), f"constant {name} = {_shown(s.constants[name])}", rule)
     knobs = s.tuning.knobs if s.tuning is not None else {}
     for name, values in knobs.items():  # each candidate is compiled: the same limits as the constant
         rule = limits.section("constants").get(name)
         if rule is None:
-            errors.append(ls.error(("tuning", "knobs", name), f"{where}limits.yaml declares no constant '{name}'; "
-                                                              "a knob must be a constant the template reads"))
+            errors.append(
+                ls.error(
+                    ("tuning", "knobs", name),
+                    f"{where}limits.yaml declares no constant '{name}'; a knob must be a constant the template reads",
+                )
+            )
             continue
         for i, value in enumerate(values):
             if not rule.allows(value):
@@ -288,10 +329,16 @@ def _missing(ls, section: str, message: str) -> SpecError:
 
 def _unread(ls, limits: TemplateLimits, section: str, what: str, declared: dict, path: tuple) -> list[SpecError]:
     listed = limits.section(section)
-    return [ls.error(path + (name,), f"templates/{limits.template}/ reads no {what} '{name}' ({limits.file} lists: "
-                                     f"{', '.join(listed) or 'none'}); the kernel would ignore it and build the same "
-                                     "code twice: remove it, or extend the template and its limits")
-            for name in declared if name not in listed]
+    return [
+        ls.error(
+            path + (name,),
+            f"templates/{limits.template}/ reads no {what} '{name}' ({limits.file} lists: "
+            f"{', '.join(listed) or 'none'}); the kernel would ignore it and build the same "
+            "code twice: remove it, or extend the template and its limits",
+        )
+        for name in declared
+        if name not in listed
+    ]
 
 
 def _check_vector(ls, limits: TemplateLimits, beyond) -> list[SpecError]:
@@ -303,8 +350,13 @@ def _check_vector(ls, limits: TemplateLimits, beyond) -> list[SpecError]:
         other = next(iter(rules))
         rule = rules[other]
         example = rule.values[0] if rule.values else 16
-        return [ls.error(("vector",), f"templates/{limits.template}/ sizes its vectors in {other} "
-                                      f"({limits.at(rule.line)}); write `vector: {{{other}: {example}}}`")]
+        return [
+            ls.error(
+                ("vector",),
+                f"templates/{limits.template}/ sizes its vectors in {other} "
+                f"({limits.at(rule.line)}); write `vector: {{{other}: {example}}}`",
+            )
+        ]
     rule = rules[kind]
     value = getattr(vector, kind)
     if not rule.allows(value):
@@ -328,12 +380,22 @@ def _check_relations(ls, limits: TemplateLimits) -> list[SpecError]:
                 failing.append(shown)
         if failing:
             first = gate_eval.names(check.source)[0]
-            path = ("constants", first) if first in s.constants else ("params", first) if first in s.params \
+            path = (
+                ("constants", first)
+                if first in s.constants
+                else ("params", first)
+                if first in s.params
                 else ("vector",)
+            )
             failing = list(dict.fromkeys(failing))
-            errors.append(ls.error(path, f"`{check.source}` does not hold ({'; '.join(failing)}): "
-                                         f"{limits.at(check.line)} requires it ({check.why}); change the spec, or "
-                                         "extend the template and its limits"))
+            errors.append(
+                ls.error(
+                    path,
+                    f"`{check.source}` does not hold ({'; '.join(failing)}): "
+                    f"{limits.at(check.line)} requires it ({check.why}); change the spec, or "
+                    "extend the template and its limits",
+                )
+            )
     return errors
 
 

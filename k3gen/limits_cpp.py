@@ -1,6 +1,7 @@
 """A template's limits (k3gen/limits.py) as static_asserts for the top of its launch(): the compiler
 refuses what load would have, should a plan ever skip load (a second line of defence), and the C++
 says what it supports where it is read."""
+
 from __future__ import annotations
 
 import ast
@@ -42,8 +43,10 @@ def cpp_asserts(p) -> list[str]:
         width = "VEC" if kind == "elements" else f"(VEC * {_widest(list(s.dtypes.axes))})"
         assert_(_cpp_condition(width, rule), f"vector.{kind}", rule.line, rule.describe())
     for check in limits.checks:
-        lines.append(f"static_assert({_cpp_expr(check.source)}, "
-                     f"{c_string(f'{limits.at(check.line)} requires {check.source}: {check.why}')});")
+        lines.append(
+            f"static_assert({_cpp_expr(check.source)}, "
+            f"{c_string(f'{limits.at(check.line)} requires {check.source}: {check.why}')});"
+        )
     return lines
 
 
@@ -70,6 +73,7 @@ def _widest(axes: list[str]) -> str:
 
 def _cpp_expr(source: str) -> str:
     """A check in C++: the names are launch()'s template parameters and the family's constants."""
+
     def render(node) -> str:
         if isinstance(node, ast.BoolOp):
             return "(" + (" && " if isinstance(node.op, ast.And) else " || ").join(map(render, node.values)) + ")"

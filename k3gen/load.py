@@ -1,4 +1,5 @@
 """Read spec files into models; turn every problem into a located SpecError, all reported together."""
+
 from __future__ import annotations
 
 import ast
@@ -12,12 +13,11 @@ from pydantic import ValidationError
 from .bounds import MAX_SPEC_BYTES
 from .errors import FieldError, SpecError, SpecErrors
 from .grammar import IDENT, spec_file_problem
-from .model import KernelSpec, RunnerTable, _suggest
 from .meaning import check_meaning
+from .model import KernelSpec, RunnerTable, _suggest
 from .paths import plain_file_inside
 from .spec_checks import check_spec
 from .yaml_lines import LocatedData, parse_yaml
-
 
 RUNNERS_FILE = "runners.yaml"  # in specs/: the runner table, not a kernel family
 
@@ -98,18 +98,35 @@ def read_spec(root: Path, path: Path, rel: str) -> tuple[str | None, list[SpecEr
     if problem:
         return None, [SpecError(shown, 1, "", "<file>", problem)]
     if path.is_symlink() or not path.is_file():
-        return None, [SpecError(shown, 1, "", "<file>", "not a regular file (a symbolic link or a folder); "
-                                                         "a spec is a plain file inside specs/")]
+        return None, [
+            SpecError(
+                shown,
+                1,
+                "",
+                "<file>",
+                "not a regular file (a symbolic link or a folder); a spec is a plain file inside specs/",
+            )
+        ]
     data = path.read_bytes()[: MAX_SPEC_BYTES + 1]
     if len(data) > MAX_SPEC_BYTES:
-        return None, [SpecError(shown, 1, "", "<file>", f"the file is larger than {MAX_SPEC_BYTES} bytes "
-                                                         "(bounds.MAX_SPEC_BYTES); a spec is a short file")]
+        return None, [
+            SpecError(
+                shown,
+                1,
+                "",
+                "<file>",
+                f"the file is larger than {MAX_SPEC_BYTES} bytes (bounds.MAX_SPEC_BYTES); a spec is a short file",
+            )
+        ]
     try:
         return data.decode("utf-8"), []
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        return None, [SpecError(shown, line, "", "<file>", f"byte 0x{data[exc.start]:02x} is not UTF-8; "
-                                                            "save the spec as UTF-8 text")]
+        return None, [
+            SpecError(
+                shown, line, "", "<file>", f"byte 0x{data[exc.start]:02x} is not UTF-8; save the spec as UTF-8 text"
+            )
+        ]
 
 
 def parse_spec(text: str, file: str) -> tuple[LoadedSpec | None, list[SpecError]]:
@@ -119,9 +136,15 @@ def parse_spec(text: str, file: str) -> tuple[LoadedSpec | None, list[SpecError]
         return None, errors
     data = located.data
     if not isinstance(data, dict):
-        return None, errors + [SpecError(file, located.line_of(()), "", "<root>",
-                                         f"the file holds {_kind(data)}, but a spec is a mapping; "
-                                         "start with `kernel: NAME`")]
+        return None, errors + [
+            SpecError(
+                file,
+                located.line_of(()),
+                "",
+                "<root>",
+                f"the file holds {_kind(data)}, but a spec is a mapping; start with `kernel: NAME`",
+            )
+        ]
     kernel = data.get("kernel") if isinstance(data.get("kernel"), str) and IDENT.match(data["kernel"]) else ""
     errors = [replace(e, kernel=kernel) if not e.kernel else e for e in errors]
     try:
@@ -159,8 +182,9 @@ def _adapter(name: str):
 
     if name not in _ADAPTERS:
         field = KernelSpec.model_fields[name]
-        _ADAPTERS[name] = TypeAdapter(Annotated[(field.annotation, *field.metadata)] if field.metadata
-                                      else field.annotation)
+        _ADAPTERS[name] = TypeAdapter(
+            Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        )
     return _ADAPTERS[name]
 
 
@@ -174,8 +198,11 @@ def parse_runners(text: str, file: str) -> tuple[LoadedRunners | None, list[Spec
     if located is None:
         return None, errors
     if not isinstance(located.data, dict):
-        return None, errors + [SpecError(file, 1, "", "<root>", "the runner table is a mapping; start with "
-                                                                "`front: FAMILY` and `runners: [...]`")]
+        return None, errors + [
+            SpecError(
+                file, 1, "", "<root>", "the runner table is a mapping; start with `front: FAMILY` and `runners: [...]`"
+            )
+        ]
     try:
         table = RunnerTable.model_validate(located.data)
     except ValidationError as exc:
@@ -190,38 +217,62 @@ def attach_runners(runners: LoadedRunners, loaded: list[LoadedSpec]) -> list[Spe
     front = next((ls for ls in loaded if ls.spec.kernel == table.front), None)
     if front is None:
         known = [ls.spec.kernel for ls in loaded]
-        return [runners.error(("front",), f"'{table.front}' is not a kernel family{_suggest(table.front, known)}; "
-                                          f"families: {', '.join(known)}")]
+        return [
+            runners.error(
+                ("front",),
+                f"'{table.front}' is not a kernel family{_suggest(table.front, known)}; families: {', '.join(known)}",
+            )
+        ]
     act = front.spec.dtypes.axes.get("act")
     if act is None:
-        return [runners.error(("front",), f"{front.file} has no `act` dtype axis for runners to consume; "
-                                          f"its axes: {', '.join(front.spec.dtypes.axes)}")]
+        return [
+            runners.error(
+                ("front",),
+                f"{front.file} has no `act` dtype axis for runners to consume; "
+                f"its axes: {', '.join(front.spec.dtypes.axes)}",
+            )
+        ]
     errors = []
     act_at = f"{front.file}:{front.located.line_of(('dtypes', 'axes', 'act'))}"
     targets = [*front.spec.targets.cuda, *front.spec.targets.hip]
     targets_at = f"{front.file}:{front.located.line_of(('targets',))}"
     for i, r in enumerate(table.runners):
         if r.activation_dtype not in act:
-            errors.append(runners.error(("runners", i, "consumes"), (
-                f"runner '{r.name}' consumes {r.consumes} " f"({r.activation_dtype}), which {front.spec.kernel} does "
-                f"not generate: its act axis at {act_at} is [{', '.join(act)}]; add {r.activation_dtype} there "
-                "or change the runner")))
+            errors.append(
+                runners.error(
+                    ("runners", i, "consumes"),
+                    (
+                        f"runner '{r.name}' consumes {r.consumes} "
+                        f"({r.activation_dtype}), which {front.spec.kernel} does "
+                        f"not generate: its act axis at {act_at} is [{', '.join(act)}]; add {r.activation_dtype} there "
+                        "or change the runner"
+                    ),
+                )
+            )
         for j, arch in enumerate(r.archs):
             if arch not in targets:
-                errors.append(runners.error(("runners", i, "archs", j), (
-                    f"runner '{r.name}' runs on {arch}, which is not a target of {front.spec.kernel} "
-                    f"({targets_at}: {', '.join(targets)}); add it there or drop it here")))
+                errors.append(
+                    runners.error(
+                        ("runners", i, "archs", j),
+                        (
+                            f"runner '{r.name}' runs on {arch}, which is not a target of {front.spec.kernel} "
+                            f"({targets_at}: {', '.join(targets)}); add it there or drop it here"
+                        ),
+                    )
+                )
     if not errors:
         front.runners = runners
     return errors
 
 
-def _validation_errors(exc: ValidationError, data, located: LocatedData, file: str, kernel: str, model,
-                       earlier: list[SpecError]) -> list[SpecError]:
+def _validation_errors(
+    exc: ValidationError, data, located: LocatedData, file: str, kernel: str, model, earlier: list[SpecError]
+) -> list[SpecError]:
     groups = _explained_missing_dropped(_grouped(exc.errors(), data), model)
     unreadable = {e.field for e in earlier}  # a value YAML could not read is already reported
-    return [_located(path, group, located, file, kernel, model) for path, group in groups
-            if _dotted(path) not in unreadable]
+    return [
+        _located(path, group, located, file, kernel, model) for path, group in groups if _dotted(path) not in unreadable
+    ]
 
 
 def _grouped(raw: list[dict], data) -> list[tuple[tuple, list[dict]]]:
@@ -258,10 +309,9 @@ def _data_path(loc: tuple, data) -> tuple:
     for i, part in enumerate(loc):
         if part == "[key]":
             continue
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-            path.append(part)
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+        if (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and part < len(node)
+        ):
             node = node[part]
             path.append(part)
         elif isinstance(node, dict) and i == len(loc) - 1:
@@ -274,9 +324,15 @@ def _located(path: tuple, group: list[dict], located: LocatedData, file: str, ke
 
 
 # What a pydantic type error expected, in a spec author's words (key: the error type's first word).
-EXPECTED = {"bool": "`true`/`false`", "int": "an integer", "float": "a number", "string": "a string",
-            "list": "a list such as `[a, b]`", "dict": "a mapping such as `{key: value}`",
-            "model": "a mapping such as `{key: value}`"}
+EXPECTED = {
+    "bool": "`true`/`false`",
+    "int": "an integer",
+    "float": "a number",
+    "string": "a string",
+    "list": "a list such as `[a, b]`",
+    "dict": "a mapping such as `{key: value}`",
+    "model": "a mapping such as `{key: value}`",
+}
 
 
 def _message(group: list[dict], path: tuple, model) -> str:
@@ -343,13 +399,23 @@ def check_across(loaded: list[LoadedSpec], root: Path) -> list[SpecError]:
         s = ls.spec
         if s.kernel in first:
             other = first[s.kernel]
-            errors.append(ls.error(("kernel",), f"kernel '{s.kernel}' is already defined at "
-                                                f"{other.file}:{other.located.line_of(('kernel',))}; rename one"))
+            errors.append(
+                ls.error(
+                    ("kernel",),
+                    f"kernel '{s.kernel}' is already defined at "
+                    f"{other.file}:{other.located.line_of(('kernel',))}; rename one",
+                )
+            )
         first.setdefault(s.kernel, ls)
         if not plain_file_inside(root / "templates" / s.template / "kernel.cuh.j2", root / "templates"):
             known = sorted(p.parent.name for p in (root / "templates").glob("*/kernel.cuh.j2"))
-            errors.append(ls.error(("template",), f"templates/{s.template}/kernel.cuh.j2 does not exist"
-                                                  f"{_suggest(s.template, known)}; known: {', '.join(known) or 'none'}"))
+            errors.append(
+                ls.error(
+                    ("template",),
+                    f"templates/{s.template}/kernel.cuh.j2 does not exist"
+                    f"{_suggest(s.template, known)}; known: {', '.join(known) or 'none'}",
+                )
+            )
         errors += _check_oracle(ls, root)
     return errors
 
@@ -362,21 +428,35 @@ def _check_oracle(ls: LoadedSpec, root: Path) -> list[SpecError]:
         known = sorted(p.stem for p in (root / "k3gen" / "oracles").glob("*.py") if p.stem != "__init__")
         close = difflib.get_close_matches(s.oracle.split(".")[-1], known, n=1)
         hint = f" (did you mean 'k3gen.oracles.{close[0]}'?)" if close else ""
-        return [ls.error(("oracle",), f"module '{s.oracle}' not found (looked for "
-                                      f"{module.relative_to(root).as_posix()}){hint}; "
-                                      "give a dotted module path such as k3gen.oracles.NAME")]
+        return [
+            ls.error(
+                ("oracle",),
+                f"module '{s.oracle}' not found (looked for "
+                f"{module.relative_to(root).as_posix()}){hint}; "
+                "give a dotted module path such as k3gen.oracles.NAME",
+            )
+        ]
     try:
         tree = ast.parse(module.read_text(), filename=str(module))
     except SyntaxError as exc:
-        return [ls.error(("oracle",), f"oracle {s.oracle} does not parse: {exc.msg} at "
-                                      f"{module.relative_to(root).as_posix()}:{exc.lineno}; fix the module")]
+        return [
+            ls.error(
+                ("oracle",),
+                f"oracle {s.oracle} does not parse: {exc.msg} at "
+                f"{module.relative_to(root).as_posix()}:{exc.lineno}; fix the module",
+            )
+        ]
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     needed = [(("oracle",), f, "define it") for f in ("reference", "make_args", "check")]
-    needed += [(("tests", "cases", i), f"case_{c}", "define it or remove the entry")
-               for i, c in enumerate(s.tests.cases)]
+    needed += [
+        (("tests", "cases", i), f"case_{c}", "define it or remove the entry") for i, c in enumerate(s.tests.cases)
+    ]
     needed += [(("tests", "rejects", n), f"reject_{n}", "define it or remove the entry") for n in s.tests.rejects]
-    return [ls.error(path, f"oracle {s.oracle} has no function {fn}(); {fix}")
-            for path, fn, fix in needed if fn not in defined]
+    return [
+        ls.error(path, f"oracle {s.oracle} has no function {fn}(); {fix}")
+        for path, fn, fix in needed
+        if fn not in defined
+    ]
 
 
 def _dotted(path: tuple) -> str:

@@ -8,6 +8,7 @@ its own module and returns located SpecErrors.
 - k3gen.contracts: runners, the dense-bf16 and the fused-equals-separate contracts hold on
   generated cells.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,9 +35,14 @@ def check_meaning(loaded: list, runners, root: Path, complete: bool) -> list[Spe
             limits_of[template] = limits if not limit_errors else False
         limits = limits_of[template]
         if limits is None:
-            errors.append(ls.error(("template",), f"templates/{template}/ declares no limits ({limits_path(template)} "
-                                                  "is missing); list the dtypes, params, flags, constants and vector "
-                                                  "widths the template supports"))
+            errors.append(
+                ls.error(
+                    ("template",),
+                    f"templates/{template}/ declares no limits ({limits_path(template)} "
+                    "is missing); list the dtypes, params, flags, constants and vector "
+                    "widths the template supports",
+                )
+            )
         elif limits:
             errors += check_spec(ls, limits)
         errors += check_oracle_support(ls, root)

@@ -4,14 +4,24 @@ Rules about one field live in field validators; rules that tie fields of one spe
 model validators; rules across spec files live in k3gen.load. Validators raise FieldError so the
 error can point at the exact YAML line below the field.
 """
+
 from __future__ import annotations
 
 import difflib
 import math
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, \
-    field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from . import grammar
 from .bounds import KEY_FIELDS, MAX_PARAM_VALUES, MAX_TEST_DIM_SETS, MAX_VARIANTS
@@ -41,6 +51,7 @@ def _checked(problem):
         if said:
             raise FieldError(said)
         return value
+
     return AfterValidator(check)
 
 
@@ -52,14 +63,24 @@ Word = Annotated[str, _checked(lambda v: grammar.name_problem(v, bare=False))]
 Symbol = Annotated[str, _checked(lambda v: grammar.name_problem(v, grammar.SYMBOL))]
 Text = Annotated[str, _checked(grammar.text_problem)]
 Int32 = Annotated[StrictInt, _checked(grammar.int32_problem)]
-Float32 = Annotated[Union[StrictInt, StrictFloat], _checked(lambda v: grammar.float32_problem(float(v)) if abs(v) < 1e300
-                                                             else f"{v} does not fit a C++ float")]
+Float32 = Annotated[
+    StrictInt | StrictFloat,
+    _checked(lambda v: grammar.float32_problem(float(v)) if abs(v) < 1e300 else f"{v} does not fit a C++ float"),
+]
 # An expression of k3gen.exprs; checked against what the spec declares in k3gen.spec_checks.
 ExprSource = StrictInt | str
-Constant = Annotated[Union[StrictBool, StrictInt, StrictFloat], _checked(
-    lambda v: None if type(v) is bool else grammar.int32_problem(v) if type(v) is int else grammar.float32_problem(v))]
-ParamValue = Annotated[Union[StrictInt, str], _checked(
-    lambda v: grammar.int32_problem(v) if type(v) is int else grammar.name_problem(v, bare=False))]
+Constant = Annotated[
+    StrictBool | StrictInt | StrictFloat,
+    _checked(
+        lambda v: (
+            None if type(v) is bool else grammar.int32_problem(v) if type(v) is int else grammar.float32_problem(v)
+        )
+    ),
+]
+ParamValue = Annotated[
+    StrictInt | str,
+    _checked(lambda v: grammar.int32_problem(v) if type(v) is int else grammar.name_problem(v, bare=False)),
+]
 
 
 class SpecModel(BaseModel):
@@ -91,9 +112,17 @@ class Targets(SpecModel):
     @classmethod
     def _known_arch(cls, archs: list[str], info) -> list[str]:
         known = CUDA_ARCHS if info.field_name == "cuda" else HIP_ARCHS
-        FieldError.collect([((i,), f"{ascii(a)[:60]} is not a {info.field_name} arch{_suggest(a, known)}; "
-                                   f"known: {', '.join(known)}") for i, a in enumerate(archs) if a not in known]
-                           + _duplicates(archs, "arch"))
+        FieldError.collect(
+            [
+                (
+                    (i,),
+                    f"{ascii(a)[:60]} is not a {info.field_name} arch{_suggest(a, known)}; known: {', '.join(known)}",
+                )
+                for i, a in enumerate(archs)
+                if a not in known
+            ]
+            + _duplicates(archs, "arch")
+        )
         return archs
 
     @model_validator(mode="after")
@@ -118,10 +147,12 @@ class DtypeMatrix(SpecModel):
     """The product of the named axes, minus exclusions. Every cell is generated or excluded with a reason."""
 
     axes: dict[Word, list[DtypeName]] = Field(description="axis name → dtypes, in dispatch order")
-    exclude: list[dict[str, str]] = Field(default_factory=list,
-                                          description="cells left out: one value per axis, plus `reason`")
-    defaults: dict[str, DerivedDefault] = Field(default_factory=dict,
-                                                description="axis → how its value is derived when not given")
+    exclude: list[dict[str, str]] = Field(
+        default_factory=list, description="cells left out: one value per axis, plus `reason`"
+    )
+    defaults: dict[str, DerivedDefault] = Field(
+        default_factory=dict, description="axis → how its value is derived when not given"
+    )
 
     @field_validator("axes")
     @classmethod
@@ -137,8 +168,13 @@ class DtypeMatrix(SpecModel):
         for values in axes.values():
             cells *= max(1, len(values))
         if len(axes) > KEY_FIELDS or cells > MAX_VARIANTS:
-            problems.append(((), f"{len(axes)} axes make {cells} cells; a family has at most {MAX_VARIANTS} "
-                                 f"variants (bounds.MAX_VARIANTS) and {KEY_FIELDS} key fields (bounds.KEY_FIELDS)"))
+            problems.append(
+                (
+                    (),
+                    f"{len(axes)} axes make {cells} cells; a family has at most {MAX_VARIANTS} "
+                    f"variants (bounds.MAX_VARIANTS) and {KEY_FIELDS} key fields (bounds.KEY_FIELDS)",
+                )
+            )
         FieldError.collect(problems)
         return axes
 
@@ -154,24 +190,40 @@ class DtypeMatrix(SpecModel):
             where = ("exclude", i)
             said = grammar.text_problem(cell.get("reason", ""))
             if "reason" not in cell or said:
-                yield where + (("reason",) if "reason" in cell else ()), \
-                    "exclusion has no reason; add `reason: \"why this cell is not generated\"`" if "reason" not in cell \
-                    else said
+                yield (
+                    where + (("reason",) if "reason" in cell else ()),
+                    'exclusion has no reason; add `reason: "why this cell is not generated"`'
+                    if "reason" not in cell
+                    else said,
+                )
             missing = [a for a in axes if a not in cell]
             if missing:
-                yield where, (f"exclusion does not name axis '{missing[0]}'; give one value per axis "
-                              f"({', '.join(axes)}) and a reason")
+                yield (
+                    where,
+                    (
+                        f"exclusion does not name axis '{missing[0]}'; give one value per axis "
+                        f"({', '.join(axes)}) and a reason"
+                    ),
+                )
             bad = False
             for key, value in cell.items():
                 if key == "reason":
                     continue
                 if key not in axes:
                     bad = True
-                    yield where + (key,), f"{ascii(key)[:60]} is not an axis{_suggest(key, axes)}; axes: {', '.join(axes)}"
+                    yield (
+                        where + (key,),
+                        f"{ascii(key)[:60]} is not an axis{_suggest(key, axes)}; axes: {', '.join(axes)}",
+                    )
                 elif value not in axes[key]:
                     bad = True
-                    yield where + (key,), (f"exclusion names a missing cell: {ascii(value)[:60]} is not on axis "
-                                           f"'{key}' ({', '.join(axes[key])})")
+                    yield (
+                        where + (key,),
+                        (
+                            f"exclusion names a missing cell: {ascii(value)[:60]} is not on axis "
+                            f"'{key}' ({', '.join(axes[key])})"
+                        ),
+                    )
             if missing or bad:
                 continue
             c = tuple(cell[a] for a in axes)
@@ -186,21 +238,33 @@ class DtypeMatrix(SpecModel):
             return
         for axis, d in self.defaults.items():
             if axis not in axes:
-                yield ("defaults", axis), f"{ascii(axis)[:60]} is not an axis{_suggest(axis, axes)}; axes: {', '.join(axes)}"
+                yield (
+                    ("defaults", axis),
+                    f"{ascii(axis)[:60]} is not an axis{_suggest(axis, axes)}; axes: {', '.join(axes)}",
+                )
                 continue
             if d.from_ not in axes or d.from_ == axis:
-                yield (("defaults", axis, "from"),
-                       f"'from: {ascii(d.from_)[:60]}' must name another axis: {', '.join(a for a in axes if a != axis)}")
+                yield (
+                    ("defaults", axis, "from"),
+                    f"'from: {ascii(d.from_)[:60]}' must name another axis: {', '.join(a for a in axes if a != axis)}",
+                )
                 continue
             generated = [dict(zip(axes, c)) for c in self.generated_cells()]
             for src, dst in d.map.items():
                 if src not in axes[d.from_]:
-                    yield ("defaults", axis, "map", src), f"{ascii(src)[:60]} is not on axis '{d.from_}' ({', '.join(axes[d.from_])})"
+                    yield (
+                        ("defaults", axis, "map", src),
+                        f"{ascii(src)[:60]} is not on axis '{d.from_}' ({', '.join(axes[d.from_])})",
+                    )
                 elif not any(c[d.from_] == src and c[axis] == dst for c in generated):
-                    yield ("defaults", axis, "map", src), f"default {d.from_}={src} → {axis}={dst} points at no generated cell"
+                    yield (
+                        ("defaults", axis, "map", src),
+                        f"default {d.from_}={src} → {axis}={dst} points at no generated cell",
+                    )
 
     def generated_cells(self) -> list[tuple[str, ...]]:
         import itertools
+
         excluded = {tuple(c.get(a) for a in self.axes) for c in self.exclude}
         return [c for c in itertools.product(*self.axes.values()) if c not in excluded]
 
@@ -222,8 +286,11 @@ def _power_of_two(n: int) -> bool:
 
 
 def _not_power_of_two(n: int) -> str:
-    return f"{n} is more than 1024; use 4, 8, 16, ..." if n > 1024 and not n & (n - 1) else \
-        f"{n} is not a power of two; use 4, 8, 16, ..."
+    return (
+        f"{n} is more than 1024; use 4, 8, 16, ..."
+        if n > 1024 and not n & (n - 1)
+        else f"{n} is not a power of two; use 4, 8, 16, ..."
+    )
 
 
 class Vector(SpecModel):
@@ -242,8 +309,11 @@ class Vector(SpecModel):
         problems = []
         if not _power_of_two(n):
             problems.append((("bytes" if self.bytes is not None else "elements",), _not_power_of_two(n)))
-        problems += [(("overrides", i, "bytes"), _not_power_of_two(o.bytes))
-                     for i, o in enumerate(self.overrides) if not _power_of_two(o.bytes)]
+        problems += [
+            (("overrides", i, "bytes"), _not_power_of_two(o.bytes))
+            for i, o in enumerate(self.overrides)
+            if not _power_of_two(o.bytes)
+        ]
         FieldError.collect(problems)
         return self
 
@@ -259,8 +329,9 @@ class Vector(SpecModel):
 class Flag(SpecModel):
     """A compile-time bool: chosen per call (`select`) or per arch (`archs`)."""
 
-    select: ExprSource | None = Field(None, description="expression over the wrapper's arguments (k3gen.exprs); "
-                                                        "its truth picks the specialization")
+    select: ExprSource | None = Field(
+        None, description="expression over the wrapper's arguments (k3gen.exprs); its truth picks the specialization"
+    )
     kwarg: StrictBool = Field(False, description="the wrapper takes a keyword argument of the flag's name")
     default: StrictBool = Field(False, description="default of the keyword argument")
     archs: list[str] | None = Field(None, description="archs where the flag is on (e.g. PDL on sm_90a+)")
@@ -286,8 +357,13 @@ class Param(SpecModel):
         if not values:
             problems.append(((), "a param needs at least one value"))
         if len(values) > MAX_PARAM_VALUES:
-            problems.append(((), f"{len(values)} values; a param has at most {MAX_PARAM_VALUES} (bounds.MAX_PARAM_VALUES: "
-                                 "its index is one switch-key field of bounds.KEY_BITS bits)"))
+            problems.append(
+                (
+                    (),
+                    f"{len(values)} values; a param has at most {MAX_PARAM_VALUES} (bounds.MAX_PARAM_VALUES: "
+                    "its index is one switch-key field of bounds.KEY_BITS bits)",
+                )
+            )
         if len({type(v) for v in values}) > 1:
             problems.append(((), "mix of names and integers; give all values one kind"))
         FieldError.collect(problems)
@@ -308,7 +384,8 @@ class FastMath(SpecModel):
     """Variants allowed approximate transcendentals, and what that costs in accuracy."""
 
     when: dict[str, list[ParamValue]] = Field(
-        description="dtype axis → dtypes, or param → values; a variant matching every entry is fast-math")
+        description="dtype axis → dtypes, or param → values; a variant matching every entry is fast-math"
+    )
     note: Text = Field(description="the accuracy the tests accept for those variants, in words")
 
 
@@ -328,13 +405,18 @@ class TensorArg(SpecModel):
 
     dtype: str = Field(description="a dtype axis name, or a fixed dtype")
     shape: list[ExprSource] = Field(description="one expression per dimension (k3gen.exprs), over dims and params")
-    layout: Layout = Field("dense", description=(
-        "dense: contiguous; rows: last dim contiguous, row stride free (passed as T_stride0); "
-        "col_major: transposed-contiguous 2-D"))
+    layout: Layout = Field(
+        "dense",
+        description=(
+            "dense: contiguous; rows: last dim contiguous, row stride free (passed as T_stride0); "
+            "col_major: transposed-contiguous 2-D"
+        ),
+    )
     output: StrictBool = Field(False, description="allocated by the wrapper unless passed as a keyword")
     optional: StrictBool = Field(False, description="an input that may be None")
     by: dict[str, dict[ParamValue, TensorCase]] = Field(
-        default_factory=dict, description="output only: param → value → dtype/shape/layout for that value")
+        default_factory=dict, description="output only: param → value → dtype/shape/layout for that value"
+    )
 
     @model_validator(mode="after")
     def _cases(self):
@@ -344,17 +426,24 @@ class TensorArg(SpecModel):
             raise FieldError("`by` is for outputs; an input's dtype and shape are checked, not chosen", ("by",))
         if len(self.by) > 1:
             raise FieldError("`by` takes one param; split the output if it depends on two", ("by",))
-        FieldError.collect([(("by", param, value, "shape"), f"shape has rank {len(case.shape)}, the tensor has rank "
-                                                             f"{len(self.shape)}")
-                            for param, cases in self.by.items() for value, case in cases.items()
-                            if case.shape is not None and len(case.shape) != len(self.shape)])
+        FieldError.collect(
+            [
+                (
+                    ("by", param, value, "shape"),
+                    f"shape has rank {len(case.shape)}, the tensor has rank {len(self.shape)}",
+                )
+                for param, cases in self.by.items()
+                for value, case in cases.items()
+                if case.shape is not None and len(case.shape) != len(self.shape)
+            ]
+        )
         return self
 
 
 class ScalarArg(SpecModel):
     type: Literal["f32", "i32", "i64"]
     optional: StrictBool = False
-    default: Union[Int32, Float32, None] = None
+    default: Int32 | Float32 | None = None
 
 
 class Signature(SpecModel):
@@ -375,13 +464,19 @@ class Gate(SpecModel):
 class Tests(SpecModel):
     """Generated test parametrization."""
 
-    dims: dict[str, list[Annotated[StrictInt, _checked(
-        lambda v: None if 0 <= v <= 1 << 24 else f"{v} is not a test size in 0..{1 << 24}")]]] = Field(
-        description="dim → sizes; the tests take the product")
+    dims: dict[
+        str,
+        list[
+            Annotated[
+                StrictInt, _checked(lambda v: None if 0 <= v <= 1 << 24 else f"{v} is not a test size in 0..{1 << 24}")
+            ]
+        ],
+    ] = Field(description="dim → sizes; the tests take the product")
     layouts: list[Literal["dense", "strided"]] = Field(default_factory=lambda: ["dense"])
     cases: list[Word] = Field(default_factory=list, description="edge cases: oracle function case_NAME")
-    rejects: dict[Word, StrictInt] = Field(default_factory=dict,
-                                           description="oracle reject_NAME builds a call that gate N (0-based) must refuse")
+    rejects: dict[Word, StrictInt] = Field(
+        default_factory=dict, description="oracle reject_NAME builds a call that gate N (0-based) must refuse"
+    )
 
     @field_validator("dims")
     @classmethod
@@ -390,8 +485,7 @@ class Tests(SpecModel):
         for sizes in dims.values():
             n *= len(sizes)
         if n > MAX_TEST_DIM_SETS or len(dims) > 8:
-            raise FieldError(f"the sizes make {n} combinations; at most {MAX_TEST_DIM_SETS} "
-                             "(bounds.MAX_TEST_DIM_SETS)")
+            raise FieldError(f"the sizes make {n} combinations; at most {MAX_TEST_DIM_SETS} (bounds.MAX_TEST_DIM_SETS)")
         FieldError.collect([((d, *sub), msg) for d, sizes in dims.items() for sub, msg in _duplicates(sizes, "size")])
         return dims
 
@@ -401,9 +495,11 @@ class Budget(SpecModel):
     when a change exceeds it. Bytes are priced from the compile-cost table (k3gen.costs)."""
 
     units_per_arch: Annotated[StrictInt, _checked(_positive)] | None = Field(
-        None, description="translation units compiled for each arch: one per variant, plus the dispatch")
+        None, description="translation units compiled for each arch: one per variant, plus the dispatch"
+    )
     bytes_per_arch: Annotated[StrictInt, _checked(_positive)] | None = Field(
-        None, description="bytes of the family's library for each arch")
+        None, description="bytes of the family's library for each arch"
+    )
 
     @model_validator(mode="after")
     def _something(self):
@@ -420,9 +516,11 @@ class Tuning(SpecModel):
     bucket. The constant's own value is the default config, run where no table applies."""
 
     knobs: dict[Ident, list[Annotated[StrictInt, _checked(_positive)]]] = Field(
-        description="constant -> its candidate values (the constant's value among them: the default)")
+        description="constant -> its candidate values (the constant's value among them: the default)"
+    )
     buckets: list[Annotated[StrictInt, _checked(_positive)]] = Field(
-        description="upper bounds of M, increasing: bucket i holds buckets[i-1] < M <= buckets[i]")
+        description="upper bounds of M, increasing: bucket i holds buckets[i-1] < M <= buckets[i]"
+    )
 
     @field_validator("knobs")
     @classmethod
@@ -477,15 +575,20 @@ class KernelSpec(SpecModel):
     signature: Signature
     gates: list[Gate] = Field(default_factory=list)
     tie_order: TieOrderSpec = Field(
-        "lowest_id", description="how equal keys are ordered: lowest_id, a table listing every index, "
-                                 "earlier entries winning ties, or a rule with its table (`{rule: "
-                                 "wave64_lane_table, ...}`); one for every backend or `{cuda: ..., hip: ...}` "
-                                 "(routing families; see k3gen.routing)")
+        "lowest_id",
+        description="how equal keys are ordered: lowest_id, a table listing every index, "
+        "earlier entries winning ties, or a rule with its table (`{rule: "
+        "wave64_lane_table, ...}`); one for every backend or `{cuda: ..., hip: ...}` "
+        "(routing families; see k3gen.routing)",
+    )
     sigmoid: SigmoidSpec = Field(
-        "expf", description="the routing sigmoid: expf (torch.sigmoid's formula) or exp2 (aiter's); one for "
-                            "every backend or `{cuda: ..., hip: ...}` (routing families)")
+        "expf",
+        description="the routing sigmoid: expf (torch.sigmoid's formula) or exp2 (aiter's); one for "
+        "every backend or `{cuda: ..., hip: ...}` (routing families)",
+    )
     oracle: Annotated[str, _checked(_oracle_problem)] = Field(
-        description="module holding reference(), make_args() and the test cases: k3gen.oracles.NAME")
+        description="module holding reference(), make_args() and the test cases: k3gen.oracles.NAME"
+    )
     tests: Tests
     budget: Budget | None = Field(None, description="build cost the family may not exceed, per arch")
     tuning: Tuning | None = Field(None, description="knobs tuned per bucket of M by `k3gen tune`")
@@ -510,15 +613,22 @@ class Runner(SpecModel):
     name: Word = Field(description="the name the engine asks about")
     archs: list[str] = Field(description="archs the runner runs on; each must be a target of the front family")
     consumes: Literal["fp32_strided", "dense_bf16"] = Field(
-        description="fp32_strided: the fp32 slice as the front wrote it; dense_bf16: a dense bf16 copy")
+        description="fp32_strided: the fp32 slice as the front wrote it; dense_bf16: a dense bf16 copy"
+    )
     summary: Text = Field(description="one line for the docs")
 
     @field_validator("archs")
     @classmethod
     def _known_archs(cls, archs: list[str]) -> list[str]:
         known = (*CUDA_ARCHS, *HIP_ARCHS)
-        FieldError.collect([((i,), f"{ascii(a)[:60]} is not an arch{_suggest(a, known)}; known: {', '.join(known)}")
-                            for i, a in enumerate(archs) if a not in known] + _duplicates(archs, "arch"))
+        FieldError.collect(
+            [
+                ((i,), f"{ascii(a)[:60]} is not an arch{_suggest(a, known)}; known: {', '.join(known)}")
+                for i, a in enumerate(archs)
+                if a not in known
+            ]
+            + _duplicates(archs, "arch")
+        )
         return archs
 
     @property
@@ -530,11 +640,15 @@ class DenseBf16Check(SpecModel):
     """The call the generated test of the dense-bf16 contract makes: the contract's family
     (k3gen.contracts.DENSE_BF16) on fp32 input of these sizes, with these scalars."""
 
-    dims: dict[Symbol, Annotated[StrictInt, _checked(
-        lambda v: None if 1 <= v <= 1 << 24 else f"{v} is not a test size in 1..{1 << 24}")]] = Field(
-        description="each signature dim of the family → its size")
-    scalars: dict[Ident, Float32] = Field(default_factory=dict,
-                                          description="the family's scalar arguments of the call, by name")
+    dims: dict[
+        Symbol,
+        Annotated[
+            StrictInt, _checked(lambda v: None if 1 <= v <= 1 << 24 else f"{v} is not a test size in 1..{1 << 24}")
+        ],
+    ] = Field(description="each signature dim of the family → its size")
+    scalars: dict[Ident, Float32] = Field(
+        default_factory=dict, description="the family's scalar arguments of the call, by name"
+    )
 
 
 class RunnerTable(SpecModel):
@@ -543,11 +657,17 @@ class RunnerTable(SpecModel):
     front: Word = Field(description="the kernel family whose `act` dtype axis the runners read")
     runners: list[Runner] = Field(max_length=256)
     dense_bf16_check: DenseBf16Check | None = Field(
-        None, description="the GPU test of the dense-bf16 contract; needed while a runner consumes dense_bf16")
+        None, description="the GPU test of the dense-bf16 contract; needed while a runner consumes dense_bf16"
+    )
 
     @field_validator("runners")
     @classmethod
     def _unique_names(cls, runners: list[Runner]) -> list[Runner]:
-        FieldError.collect([((i, "name"), f"runner '{r.name}' is listed twice; keep one")
-                            for i, r in enumerate(runners) if r.name in [x.name for x in runners[:i]]])
+        FieldError.collect(
+            [
+                ((i, "name"), f"runner '{r.name}' is listed twice; keep one")
+                for i, r in enumerate(runners)
+                if r.name in [x.name for x in runners[:i]]
+            ]
+        )
         return runners

@@ -7,15 +7,15 @@ The oracle is never imported: SUPPORTED is a literal, read with ast.literal_eval
     SUPPORTED = {"dtypes": {AXIS: "float" | [dtype, ...]},   # "float": every float dtype of k3gen.dtypes
                  "params": {PARAM: [value, ...]}}            # string params only; int params are free
 """
+
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from .paths import plain_file_inside
-
 from .dtypes import DTYPES
 from .errors import SpecError
+from .paths import plain_file_inside
 
 DECLARATION = "SUPPORTED"
 KINDS = {name: [n for n, d in DTYPES.items() if d.kind == name] for name in ("float", "int")}
@@ -23,11 +23,21 @@ KINDS = {name: [n for n, d in DTYPES.items() if d.kind == name] for name in ("fl
 
 def read_supported(tree: ast.Module) -> tuple[dict | None, int, str | None]:
     """(the declaration, its line, a problem with it or None)."""
-    node = next((n for n in tree.body if isinstance(n, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == DECLARATION for t in n.targets)), None)
+    node = next(
+        (
+            n
+            for n in tree.body
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == DECLARATION for t in n.targets)
+        ),
+        None,
+    )
     if node is None:
-        return None, 1, f"declares no {DECLARATION}; add `{DECLARATION} = {{\"dtypes\": {{AXIS: \"float\"}}}}` " \
-                        "saying what it can check"
+        return (
+            None,
+            1,
+            f'declares no {DECLARATION}; add `{DECLARATION} = {{"dtypes": {{AXIS: "float"}}}}` '
+            "saying what it can check",
+        )
     try:
         value = ast.literal_eval(node.value)
     except ValueError:
@@ -42,8 +52,10 @@ def _shape_problem(value) -> str | None:
     for axis, allowed in value.get("dtypes", {}).items():
         if isinstance(allowed, str):
             if allowed not in KINDS:
-                return f"{DECLARATION}['dtypes'][{axis!r}] = {allowed!r}; use one of {', '.join(map(repr, KINDS))} " \
-                       "or a list of dtypes"
+                return (
+                    f"{DECLARATION}['dtypes'][{axis!r}] = {allowed!r}; use one of {', '.join(map(repr, KINDS))} "
+                    "or a list of dtypes"
+                )
         elif not isinstance(allowed, list) or any(d not in DTYPES for d in allowed):
             return f"{DECLARATION}['dtypes'][{axis!r}] lists a name that is not a dtype; known: {', '.join(DTYPES)}"
     for param, allowed in value.get("params", {}).items():
@@ -73,26 +85,43 @@ def check_oracle_support(ls, root: Path) -> list[SpecError]:
     generated = list(zip(*s.dtypes.generated_cells()))
     for (axis, values), used in zip(s.dtypes.axes.items(), generated):
         if axis not in dtypes:
-            errors.append(ls.error(("dtypes", "axes", axis),
-                                   f"oracle {s.oracle} knows no dtype axis '{axis}' ({at} declares "
-                                   f"{', '.join(dtypes) or 'none'}); teach the oracle the axis first"))
+            errors.append(
+                ls.error(
+                    ("dtypes", "axes", axis),
+                    f"oracle {s.oracle} knows no dtype axis '{axis}' ({at} declares "
+                    f"{', '.join(dtypes) or 'none'}); teach the oracle the axis first",
+                )
+            )
             continue
         allowed = KINDS[dtypes[axis]] if isinstance(dtypes[axis], str) else dtypes[axis]
         for i, dtype in enumerate(values):
             if dtype in used and dtype not in allowed:
-                errors.append(ls.error(("dtypes", "axes", axis, i),
-                                       f"oracle {s.oracle} cannot check {axis}={dtype} ({at} supports "
-                                       f"{', '.join(allowed)}); exclude the cells, or teach the oracle the dtype"))
+                errors.append(
+                    ls.error(
+                        ("dtypes", "axes", axis, i),
+                        f"oracle {s.oracle} cannot check {axis}={dtype} ({at} supports "
+                        f"{', '.join(allowed)}); exclude the cells, or teach the oracle the dtype",
+                    )
+                )
     params = supported.get("params", {})
     for name, p in s.params.items():
         values = [v for v in p.values if isinstance(v, str)]
         if values and name not in params:
-            errors.append(ls.error(("params", name), f"oracle {s.oracle} declares no values for param '{name}' "
-                                                     f"({at}); list the ones its reference() computes"))
+            errors.append(
+                ls.error(
+                    ("params", name),
+                    f"oracle {s.oracle} declares no values for param '{name}' "
+                    f"({at}); list the ones its reference() computes",
+                )
+            )
             continue
         for i, v in enumerate(p.values):
             if isinstance(v, str) and v not in params[name]:
-                errors.append(ls.error(("params", name, "values", i),
-                                       f"oracle {s.oracle} cannot check {name}={v!r} ({at} supports "
-                                       f"{', '.join(map(repr, params[name]))}); teach the oracle the value first"))
+                errors.append(
+                    ls.error(
+                        ("params", name, "values", i),
+                        f"oracle {s.oracle} cannot check {name}={v!r} ({at} supports "
+                        f"{', '.join(map(repr, params[name]))}); teach the oracle the value first",
+                    )
+                )
     return errors

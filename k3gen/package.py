@@ -14,6 +14,7 @@ What the wheel holds (and nothing of the generator: no pydantic, jinja2 or specs
 The zip is written here, not by setuptools, so that the same tree and libraries give the same bytes:
 entries sorted, every timestamp $SOURCE_DATE_EPOCH (default 1980-01-01), fixed permissions.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,13 +35,28 @@ NAME = "k3kernels"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", action="extend", nargs="+", default=[], metavar="ARCH",
-                   help="archs, comma-separated or repeated (default: every CUDA arch the specs declare)")
-    p.add_argument("--family", action="extend", nargs="+", default=[], metavar="NAME",
-                   help="prebuild only these families (default: all); the others' wrappers ship unbuilt")
+    p.add_argument(
+        "--arch",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="ARCH",
+        help="archs, comma-separated or repeated (default: every CUDA arch the specs declare)",
+    )
+    p.add_argument(
+        "--family",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="prebuild only these families (default: all); the others' wrappers ship unbuilt",
+    )
     p.add_argument("-j", "--jobs", type=int, help="parallel compiles (as `k3gen compile`)")
-    p.add_argument("--aot", type=Path, help="the `k3gen compile` output to build into and take the libraries "
-                                            "from (default: <project>/build/aot)")
+    p.add_argument(
+        "--aot",
+        type=Path,
+        help="the `k3gen compile` output to build into and take the libraries from (default: <project>/build/aot)",
+    )
     p.add_argument("--out", type=Path, help="where the wheel is written (default: <project>/dist)")
 
 
@@ -106,9 +122,11 @@ def write_wheel(files: dict[str, bytes], out: Path, version: str, archs: list[st
     full = f"{version}+{local}" if local else version
     dist = f"{NAME}-{full}.dist-info"
     meta = {
-        f"{dist}/METADATA": (f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {full}\n"
-                             f"Summary: k3gen kernels, prebuilt for {', '.join(archs) or 'no arch'}\n"
-                             "Requires-Python: >=3.10\nRequires-Dist: torch>=2.4\n"),
+        f"{dist}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {NAME}\nVersion: {full}\n"
+            f"Summary: k3gen kernels, prebuilt for {', '.join(archs) or 'no arch'}\n"
+            "Requires-Python: >=3.10\nRequires-Dist: torch>=2.4\n"
+        ),
         f"{dist}/WHEEL": f"Wheel-Version: 1.0\nGenerator: k3gen {version}\nRoot-Is-Purelib: false\nTag: {tag}\n",
         f"{dist}/top_level.txt": f"k3gen\n{NAME}\n",
     }
@@ -141,8 +159,9 @@ def sizes(path: Path) -> dict[str, tuple[int, int]]:
     return {a: (v[0], v[1]) for a, v in out.items()}
 
 
-def package_tree(root: Path, archs: list[str], families: list[str], jobs: int | None, aot: Path | None,
-                 out: Path | None) -> int:
+def package_tree(
+    root: Path, archs: list[str], families: list[str], jobs: int | None, aot: Path | None, out: Path | None
+) -> int:
     """Compile what the wheel carries (incrementally, into the AOT directory), then write the wheel.
     Every CUDA arch of the chosen families by default; an arch or family they lack is exit 2."""
     from . import __version__
@@ -157,12 +176,16 @@ def package_tree(root: Path, archs: list[str], families: list[str], jobs: int | 
     chosen = {f: modules[f] for f in families} if families else modules
     declared = {a for m in chosen.values() for a in m.arch_defines}
     if bad := [a for a in archs if a not in declared or backend_of(a) != "cuda"]:
-        print(f"k3gen package: {', '.join(bad)}: not a CUDA arch of {', '.join(chosen)} (the wheel carries CUDA "
-              f"libraries); declared: {', '.join(sorted(a for a in declared if backend_of(a) == 'cuda'))}",
-              file=sys.stderr)
+        print(
+            f"k3gen package: {', '.join(bad)}: not a CUDA arch of {', '.join(chosen)} (the wheel carries CUDA "
+            f"libraries); declared: {', '.join(sorted(a for a in declared if backend_of(a) == 'cuda'))}",
+            file=sys.stderr,
+        )
         return 2
-    built = {f: [a for a in m.arch_defines if backend_of(a) == "cuda" and (not archs or a in archs)]
-             for f, m in chosen.items()}
+    built = {
+        f: [a for a in m.arch_defines if backend_of(a) == "cuda" and (not archs or a in archs)]
+        for f, m in chosen.items()
+    }
     built = {f: a for f, a in built.items() if a}
     try:
         targets = []
@@ -180,16 +203,23 @@ def package_tree(root: Path, archs: list[str], families: list[str], jobs: int | 
     all_archs = sorted({a for a in built.values() for a in a})
     host, host_note = prebuilt_host(aot)
     path = write_wheel(wheel_files(root, aot, built, host), (out or root / "dist").resolve(), __version__, all_archs)
-    print(f"k3gen package: {path} ({path.stat().st_size / 2**20:.2f} MiB; {len(built)} families prebuilt for "
-          f"{', '.join(all_archs)})")
+    print(
+        f"k3gen package: {path} ({path.stat().st_size / 2**20:.2f} MiB; {len(built)} families prebuilt for "
+        f"{', '.join(all_archs)})"
+    )
     for arch, (raw, packed) in sorted(sizes(path).items()):
-        what = ("wrappers, sources, runtime" if arch == "common"
-                else f"{sum(arch in a for a in built.values())} libraries")
+        what = (
+            "wrappers, sources, runtime" if arch == "common" else f"{sum(arch in a for a in built.values())} libraries"
+        )
         print(f"  {arch:8} {raw / 2**20:7.2f} MiB ({what}), {packed / 2**20:6.2f} MiB compressed")
-    print(f"  C++ call path: {host_note}" + ("" if host else "; the wheel serves cached calls from Python there "
-                                                              "unless a C++ compiler can build it"))
-    print(f"Install on a serving machine (torch installed, no compiler): pip install --no-deps {path.name}; "
-          "then K3GEN_NO_JIT=1 makes any miss an error instead of a build")
+    print(
+        f"  C++ call path: {host_note}"
+        + ("" if host else "; the wheel serves cached calls from Python there unless a C++ compiler can build it")
+    )
+    print(
+        f"Install on a serving machine (torch installed, no compiler): pip install --no-deps {path.name}; "
+        "then K3GEN_NO_JIT=1 makes any miss an error instead of a build"
+    )
     return 0
 
 

@@ -1,4 +1,5 @@
 """Files a spec names (its template, its oracle) are read only as plain files inside the project."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -4,6 +4,7 @@ Templates receive the plan, never the raw spec: C++ types, template arguments, s
 fields and gate expressions are all computed here, so templates only substitute and loop. Cache
 keys are not computed here: they hash what is compiled, the rendered sources (k3gen.identity).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -12,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import routing, spellings, tuning
+from .bounds import KEY_BITS
 from .dtypes import DTYPES
 from .errors import SpecError, SpecErrors
-from .bounds import KEY_BITS
 from .exprs import Expr, parse_expr
 from .limits import read_limits
 from .load import LoadedSpec
@@ -152,8 +153,13 @@ def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
         except SpecErrors as exc:  # a tuning table that does not fit the spec (k3gen.tuning)
             errors += exc.errors
         except (KeyError, ValueError, TypeError, IndexError) as exc:  # the loader's checks let it through
-            errors.append(ls.error(("kernel",), f"k3gen cannot resolve this spec ({type(exc).__name__}: {exc}); "
-                                                "a rule k3gen.spec_checks lacks: report it with this spec"))
+            errors.append(
+                ls.error(
+                    ("kernel",),
+                    f"k3gen cannot resolve this spec ({type(exc).__name__}: {exc}); "
+                    "a rule k3gen.spec_checks lacks: report it with this spec",
+                )
+            )
     if errors:
         raise SpecErrors(errors)
     _assert_unique_identities(plans)
@@ -168,14 +174,20 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     variants = []
     cells = s.dtypes.generated_cells()
     param_values = [prm.values for prm in s.params.values()]
-    for cell, pvals, fvals in itertools.product(cells, itertools.product(*param_values),
-                                                itertools.product((False, True), repeat=len(call_flags))):
+    for cell, pvals, fvals in itertools.product(
+        cells, itertools.product(*param_values), itertools.product((False, True), repeat=len(call_flags))
+    ):
         dtypes = dict(zip(axes, cell))
         params = dict(zip(s.params, pvals))
         flags = dict(zip(call_flags, fvals))
-        name = "__".join([s.kernel, *(f"{a}_{d}" for a, d in dtypes.items()),
-                          *(f"{p}_{v}" for p, v in params.items()),
-                          *(f"{f}_{'on' if b else 'off'}" for f, b in flags.items())])
+        name = "__".join(
+            [
+                s.kernel,
+                *(f"{a}_{d}" for a, d in dtypes.items()),
+                *(f"{p}_{v}" for p, v in params.items()),
+                *(f"{f}_{'on' if b else 'off'}" for f, b in flags.items()),
+            ]
+        )
         comps = [DTYPES[d].code for d in cell] + [s.params[p].values.index(v) for p, v in params.items()]
         comps += [int(b) for b in fvals]
         key = sum(c << (KEY_BITS * i) for i, c in enumerate(comps))
@@ -194,12 +206,27 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     dims = [(d, parse_expr(src, dim_scope(s, names[:i]))) for i, (d, src) in enumerate(s.signature.dims.items())]
     selects = {f: parse_expr(fl.select, select_scope(s)) for f, fl in s.flags.items() if fl.select is not None}
     runners = ls.runners.table.runners if ls.runners else []
-    return FamilyPlan(s, ls.file, variants, specs, excluded, gates, _arg_fields(s),
-                      [b for b in BACKENDS if getattr(s.targets, b)], call_flags, arch_flags,
-                      [*axes, *s.params, *call_flags], list(runners), ls.runners.file if ls.runners else "",
-                      ls.runners.table.dense_bf16_check if ls.runners else None,
-                      dims, selects, read_limits(root, s.template)[0], ls.located,
-                      tuning.resolve(s, ls.file, root, [v.name for v in variants]))
+    return FamilyPlan(
+        s,
+        ls.file,
+        variants,
+        specs,
+        excluded,
+        gates,
+        _arg_fields(s),
+        [b for b in BACKENDS if getattr(s.targets, b)],
+        call_flags,
+        arch_flags,
+        [*axes, *s.params, *call_flags],
+        list(runners),
+        ls.runners.file if ls.runners else "",
+        ls.runners.table.dense_bf16_check if ls.runners else None,
+        dims,
+        selects,
+        read_limits(root, s.template)[0],
+        ls.located,
+        tuning.resolve(s, ls.file, root, [v.name for v in variants]),
+    )
 
 
 def _arg_fields(s: KernelSpec) -> list[ArgField]:
@@ -221,8 +248,12 @@ def _assert_unique_identities(plans: list[FamilyPlan]) -> None:
     for p in plans:
         for sp in p.specializations:
             if sp.identity in seen:
-                errors.append(p.error(("kernel",), f"specialization {sp.identity} is also one of "
-                                                   f"{seen[sp.identity].file}; rename one family"))
+                errors.append(
+                    p.error(
+                        ("kernel",),
+                        f"specialization {sp.identity} is also one of {seen[sp.identity].file}; rename one family",
+                    )
+                )
             seen.setdefault(sp.identity, p)
     if errors:
         raise SpecErrors(errors)

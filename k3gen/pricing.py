@@ -6,6 +6,7 @@ recompiled), the compile seconds of what must be compiled, and the library's byt
 from the compile-cost table (k3gen.costs). `over_budget` checks one tree against each spec's
 `budget:`; `k3gen check` and `k3gen diff --check-budget` fail on what it returns.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,8 +34,18 @@ class Price:
     estimated_units: list[str] = field(default_factory=list)  # "family/unit" of those, sorted
 
     def add(self, other: Price) -> None:
-        for name in ("specializations_added", "specializations_removed", "units_added", "units_removed",
-                     "units_changed", "units", "seconds", "bytes_old", "bytes_new", "estimated"):
+        for name in (
+            "specializations_added",
+            "specializations_removed",
+            "units_added",
+            "units_removed",
+            "units_changed",
+            "units",
+            "seconds",
+            "bytes_old",
+            "bytes_new",
+            "estimated",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.estimated_units = sorted({*self.estimated_units, *other.estimated_units})
         self.seconds = round(self.seconds, 2)
@@ -80,10 +91,19 @@ def _price_library(old: Library | None, new: Library | None, table: CostTable, f
     def is_spec(f: str) -> bool:  # one unit per specialization but the dispatch
         return not f.startswith("dispatch.")
 
-    return Price(specializations_added=sum(map(is_spec, added)), specializations_removed=sum(map(is_spec, removed)),
-                 units_added=len(added), units_removed=len(removed), units_changed=len(changed), units=len(n),
-                 seconds=round(sum(c.seconds for c in compiled), 2), bytes_old=bytes_old, bytes_new=bytes_new,
-                 estimated=len(guessed), estimated_units=guessed)
+    return Price(
+        specializations_added=sum(map(is_spec, added)),
+        specializations_removed=sum(map(is_spec, removed)),
+        units_added=len(added),
+        units_removed=len(removed),
+        units_changed=len(changed),
+        units=len(n),
+        seconds=round(sum(c.seconds for c in compiled), 2),
+        bytes_old=bytes_old,
+        bytes_new=bytes_new,
+        estimated=len(guessed),
+        estimated_units=guessed,
+    )
 
 
 def over_budget(plans: list[FamilyPlan], libs: list[Library], table: CostTable) -> list[SpecError]:
@@ -99,16 +119,28 @@ def over_budget(plans: list[FamilyPlan], libs: list[Library], table: CostTable) 
         for lib in by_family.get(p.name, []):
             units = [u.file for u in lib.units]
             if budget.units_per_arch is not None and len(units) > budget.units_per_arch:
-                errors.append(p.error(("budget", "units_per_arch"), (
-                    f"{p.name} compiles {len(units)} translation units for {lib.arch} ({len(units) - 1} "
-                    f"specializations and the dispatch), over its budget of {budget.units_per_arch}; "
-                    "drop variants, or raise the budget in review")))
+                errors.append(
+                    p.error(
+                        ("budget", "units_per_arch"),
+                        (
+                            f"{p.name} compiles {len(units)} translation units for {lib.arch} ({len(units) - 1} "
+                            f"specializations and the dispatch), over its budget of {budget.units_per_arch}; "
+                            "drop variants, or raise the budget in review"
+                        ),
+                    )
+                )
             if budget.bytes_per_arch is not None:
                 size, guessed = table.library_bytes(p.name, lib.arch, units)
                 if size > budget.bytes_per_arch:
                     how = f", {guessed} of its units estimated" if guessed else ""
-                    errors.append(p.error(("budget", "bytes_per_arch"), (
-                        f"{p.name}'s library for {lib.arch} is {size:,} bytes (priced from the compile-cost "
-                        f"table{how}), over its budget of {budget.bytes_per_arch:,}; drop variants, or raise "
-                        "the budget in review")))
+                    errors.append(
+                        p.error(
+                            ("budget", "bytes_per_arch"),
+                            (
+                                f"{p.name}'s library for {lib.arch} is {size:,} bytes (priced from the compile-cost "
+                                f"table{how}), over its budget of {budget.bytes_per_arch:,}; drop variants, or raise "
+                                "the budget in review"
+                            ),
+                        )
+                    )
     return errors

@@ -2,9 +2,9 @@
 
 One function per output kind; templates get the plan (C++ spellings and keys already computed).
 """
+
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import textwrap
@@ -19,8 +19,15 @@ from .errors import SpecError, SpecErrors
 from .host_data import host_module_data
 from .limits_cpp import cpp_asserts
 from .plan import FamilyPlan
-from .spellings import (cpp_constants, dtype_bindings, host_tensors, matrix_text, torch_dtype, variant_keys,
-                        wrapper_signature)
+from .spellings import (
+    cpp_constants,
+    dtype_bindings,
+    host_tensors,
+    matrix_text,
+    torch_dtype,
+    variant_keys,
+    wrapper_signature,
+)
 from .test_data import oracle_spec, runner_test_data, test_dims, test_module_data
 
 # One kernel header serves both backends: k3_backend.h picks the primitives (warp width, shuffles,
@@ -30,16 +37,25 @@ TU_EXT = {"cuda": "cu", "hip": "hip"}
 
 
 def make_env(root: Path) -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root / "templates")),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                             keep_trailing_newline=True, autoescape=False)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(root / "templates")),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
     # Spec text leaves only through k3gen.escape (one function per language) or as a grammar token.
     env.filters["c_string"] = escape.c_string
     env.filters["py"] = escape.py_literal
     env.globals["py_assign"] = pyformat.assign  # `NAME = value`, laid out as ruff format would
     env.globals["py_call"] = pyformat.call  # `f(args)`, laid out as ruff format would
     env.globals["tensor_spec"] = lambda dtype, shape, layout, spelled: (
-        pyformat.Name(dtype), pyformat.Name(shape), layout, spelled)
+        pyformat.Name(dtype),
+        pyformat.Name(shape),
+        layout,
+        spelled,
+    )
     env.globals["gate_values"] = lambda g: {n: pyformat.Name(n) for n in g.names}
     env.filters["wrap_lines"] = _wrap_lines
     env.filters["bare"] = _bare
@@ -81,8 +97,16 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
     if errors:  # every family that failed, each at its spec's `template:` line, naming the template line
         raise SpecErrors(errors)
     put("k3kernels/__init__.py", _render(env, "common/package_init.py.j2", None, plans=plans))
-    put("docs/README.md", _render(env, "common/docs_index.md.j2", None, families=docs.index_table(plans),
-                                  legend=docs.arch_legend(docs.declared_archs(plans))))
+    put(
+        "docs/README.md",
+        _render(
+            env,
+            "common/docs_index.md.j2",
+            None,
+            families=docs.index_table(plans),
+            legend=docs.arch_legend(docs.declared_archs(plans)),
+        ),
+    )
     return files
 
 
@@ -99,9 +123,12 @@ def located(p: FamilyPlan, exc: Exception, root: Path) -> SpecError:
             shown = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
             where = f"{shown}:{tb.tb_lineno}"
         tb = tb.tb_next
-    return p.error(("template",), f"rendering {where or 'its templates'} failed: {type(exc).__name__}: {exc}; "
-                                  "the spec asks for something the template does not support, or the template "
-                                  "has a bug")
+    return p.error(
+        ("template",),
+        f"rendering {where or 'its templates'} failed: {type(exc).__name__}: {exc}; "
+        "the spec asks for something the template does not support, or the template "
+        "has a bug",
+    )
 
 
 def kernel_sources(p: FamilyPlan, backend: str) -> list[str]:
@@ -121,29 +148,46 @@ def render_family(env: jinja2.Environment, p: FamilyPlan, families: dict | None 
     resolved = p.backend_routing()
     # tie_rank: the one tie order of templates from before per-backend routing, which `k3gen diff`
     # still renders for older revs (whose specs give one order for every backend).
-    common = dict(spec=p.spec, constants=cpp_constants(p), key_bits=KEY_BITS,
-                  matrix_text=matrix_text(p), routing=resolved, routing_declared=routing.declares_routing(p.spec),
-                  tie_rank=resolved[0].priority if resolved else None, limit_asserts=cpp_asserts(p))
+    common = dict(
+        spec=p.spec,
+        constants=cpp_constants(p),
+        key_bits=KEY_BITS,
+        matrix_text=matrix_text(p),
+        routing=resolved,
+        routing_declared=routing.declares_routing(p.spec),
+        tie_rank=resolved[0].priority if resolved else None,
+        limit_asserts=cpp_asserts(p),
+    )
     out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
     header = KERNEL_HEADER.format(name=p.name)
     out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **common)
     if p.tuning is not None:  # what a tuning table measures: the kernel code, before any picks
         current = tuning.identity(p, out[f"{csrc}/{header}"], _render(env, "common/k3_backend.h.j2", None))
         tuning.check_identity(p, current)
-        data = {"@generated": f"by k3gen from {p.file}; do not edit; run `k3gen build`",
-                **tuning.tuner_data(p, current, oracle_spec(p))}
+        data = {
+            "@generated": f"by k3gen from {p.file}; do not edit; run `k3gen build`",
+            **tuning.tuner_data(p, current, oracle_spec(p)),
+        }
         out[f"k3kernels/tuning/{p.name}.json"] = json.dumps(data, indent=1, sort_keys=True) + "\n"
     for backend in p.backends:
         ctx = dict(common, backend=backend, kernel_header=header)
         for v in p.variants:
             out[f"{csrc}/{v.name}.{TU_EXT[backend]}"] = _render(env, "common/variant.cu.j2", p, p=p, v=v, **ctx)
         out[f"{csrc}/dispatch.{TU_EXT[backend]}"] = _render(env, "common/dispatch.cu.j2", p, p=p, **ctx)
-    host = dict(common, sources={b: kernel_sources(p, b) for b in p.backends},
-                headers={b: kernel_headers(p, b) for b in p.backends}, torch_dtype=torch_dtype,
-                dims=test_dims(p), call=wrapper_signature(p), variant_keys=variant_keys(p), oracle_spec=oracle_spec(p),
-                tensors=host_tensors(p), dtype_bindings=dtype_bindings(p),
-                outputs=[n for n, t in p.spec.signature.tensors.items() if t.output],
-                pointers=pointer_tensors(p))
+    host = dict(
+        common,
+        sources={b: kernel_sources(p, b) for b in p.backends},
+        headers={b: kernel_headers(p, b) for b in p.backends},
+        torch_dtype=torch_dtype,
+        dims=test_dims(p),
+        call=wrapper_signature(p),
+        variant_keys=variant_keys(p),
+        oracle_spec=oracle_spec(p),
+        tensors=host_tensors(p),
+        dtype_bindings=dtype_bindings(p),
+        outputs=[n for n, t in p.spec.signature.tensors.items() if t.output],
+        pointers=pointer_tensors(p),
+    )
     host["fast_args"] = fast_path_args(p, host["pointers"], host["call"]["lists"]["names"])
     host["data"] = host_module_data(p, host["sources"], host["headers"], host["pointers"], host["outputs"])
     host["code"] = host_code(p, host)
@@ -151,13 +195,23 @@ def render_family(env: jinja2.Environment, p: FamilyPlan, families: dict | None 
     out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, p=p, **host)
     out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, spec=p.spec, data=test_module_data(p))
     if p.runners:  # this family is the front of the runner table
-        rows = [(r.name, tuple(r.archs), r.consumes, pyformat.Name(torch_dtype(r.activation_dtype)), r.summary)
-                for r in p.runners]
+        rows = [
+            (r.name, tuple(r.archs), r.consumes, pyformat.Name(torch_dtype(r.activation_dtype)), r.summary)
+            for r in p.runners
+        ]
         out["k3kernels/runners.py"] = _render(env, "common/runners.py.j2", p, p=p, rows=rows)
-        imports = sorted([f"from k3kernels import {p.name} as front", "from k3kernels import runners"],
-                         key=lambda line: line.split()[3])
-        out["tests/test_runners.py"] = _render(env, "common/test_runners.py.j2", p, p=p, k3kernels_imports=imports,
-                                               data=runner_test_data(p, (families or {}).get(DENSE_BF16.family)))
+        imports = sorted(
+            [f"from k3kernels import {p.name} as front", "from k3kernels import runners"],
+            key=lambda line: line.split()[3],
+        )
+        out["tests/test_runners.py"] = _render(
+            env,
+            "common/test_runners.py.j2",
+            p,
+            p=p,
+            k3kernels_imports=imports,
+            data=runner_test_data(p, (families or {}).get(DENSE_BF16.family)),
+        )
     return out
 
 
@@ -196,8 +250,9 @@ def _wrap_lines(text: str, depth: int) -> str:
     """Docstring text (escaped already) broken at spaces to fit 120 columns at `depth` indents (E501);
     the first line also holds the opening quotes."""
     pad = pyformat.INDENT * depth
-    lines = textwrap.wrap(text, width=pyformat.LINE_LENGTH - len(pad) - 3, break_long_words=False,
-                          break_on_hyphens=False)
+    lines = textwrap.wrap(
+        text, width=pyformat.LINE_LENGTH - len(pad) - 3, break_long_words=False, break_on_hyphens=False
+    )
     return ("\n" + pad).join(lines)
 
 

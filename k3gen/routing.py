@@ -8,11 +8,12 @@ checked at load time, so a table or rule that is not a permutation of the expert
 error. The plan hands templates only what this module computes: integers (per-expert priorities)
 and enum spellings (SIGMOID_CPP); no spec text reaches C++.
 """
+
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
@@ -22,8 +23,10 @@ BACKENDS = ("cuda", "hip")
 WAVE_LANES = 64
 MAX_EXPERTS = 65535  # tie priorities are a 16-bit field of the kernel's composite key
 # The formulas a spec may name, in words (docs) and as the C++ constant that selects them (device.cuh.j2).
-SIGMOIDS = {"expf": "`1 / (1 + expf(-x))`, torch.sigmoid's fp32 formula",
-            "exp2": "`1 / (1 + exp2f(-log2e * x))` with log2e = 1.44269504088896340736f, aiter's formula"}
+SIGMOIDS = {
+    "expf": "`1 / (1 + expf(-x))`, torch.sigmoid's fp32 formula",
+    "exp2": "`1 / (1 + exp2f(-log2e * x))` with log2e = 1.44269504088896340736f, aiter's formula",
+}
 SIGMOID_CPP = {"expf": "kSigmoidExpf", "exp2": "kSigmoidExp2"}
 
 
@@ -34,10 +37,13 @@ class _Strict(BaseModel):
 class TieRule(_Strict):
     """A tie order given as a rule and its table; k3gen expands it into a priority per expert."""
 
-    rule: Literal["wave64_lane_table"] = Field(description=(
-        "wave64_lane_table: groups of `experts_per_group` consecutive experts are dealt to 64 lanes "
-        "(group g on lane g % 64, bank g // 64); lanes are visited in `lane_rank` order, a lane's banks "
-        "in order, a group's experts by id; the earlier visited wins a tie (aiter's wave64 traversal)"))
+    rule: Literal["wave64_lane_table"] = Field(
+        description=(
+            "wave64_lane_table: groups of `experts_per_group` consecutive experts are dealt to 64 lanes "
+            "(group g on lane g % 64, bank g // 64); lanes are visited in `lane_rank` order, a lane's banks "
+            "in order, a group's experts by id; the earlier visited wins a tie (aiter's wave64 traversal)"
+        )
+    )
     experts_per_group: int = Field(description="consecutive experts one lane loads together")
     lane_rank: list[int] = Field(description="64 entries: lane -> its place in the traversal (0 first)")
 
@@ -59,9 +65,12 @@ def _any_order(value) -> str:
     return _shape_of_order(value, per_backend=True)
 
 
-OneTieOrder = Annotated[Union[Annotated[Literal["lowest_id"], Tag("named")],
-                              Annotated[list[int], Tag("table")],
-                              Annotated[TieRule, Tag("by_rule")]], Discriminator(_one_order)]
+OneTieOrder = Annotated[
+    Annotated[Literal["lowest_id"], Tag("named")]
+    | Annotated[list[int], Tag("table")]
+    | Annotated[TieRule, Tag("by_rule")],
+    Discriminator(_one_order),
+]
 SigmoidName = Literal["expf", "exp2"]
 
 
@@ -79,13 +88,17 @@ class SigmoidPerBackend(_Strict):
     hip: SigmoidName | None = None
 
 
-TieOrderSpec = Annotated[Union[Annotated[Literal["lowest_id"], Tag("named")],
-                               Annotated[list[int], Tag("table")],
-                               Annotated[TieRule, Tag("by_rule")],
-                               Annotated[TieOrderPerBackend, Tag("per_backend")]], Discriminator(_any_order)]
-SigmoidSpec = Annotated[Union[Annotated[SigmoidName, Tag("named")],
-                              Annotated[SigmoidPerBackend, Tag("per_backend")]],
-                        Discriminator(lambda v: "per_backend" if isinstance(v, dict) else "named")]
+TieOrderSpec = Annotated[
+    Annotated[Literal["lowest_id"], Tag("named")]
+    | Annotated[list[int], Tag("table")]
+    | Annotated[TieRule, Tag("by_rule")]
+    | Annotated[TieOrderPerBackend, Tag("per_backend")],
+    Discriminator(_any_order),
+]
+SigmoidSpec = Annotated[
+    Annotated[SigmoidName, Tag("named")] | Annotated[SigmoidPerBackend, Tag("per_backend")],
+    Discriminator(lambda v: "per_backend" if isinstance(v, dict) else "named"),
+]
 
 
 def check_keys(field: str, value):
@@ -145,8 +158,12 @@ def declares_routing(spec) -> bool:
 def resolve(spec, backend: str) -> BackendRouting:
     """The routing of one backend of a validated spec."""
     order = _for_backend(spec.tie_order, backend)
-    return BackendRouting(backend, order, expert_priorities(order, spec.constants.get("num_experts"), ("tie_order",)),
-                          _for_backend(spec.sigmoid, backend))
+    return BackendRouting(
+        backend,
+        order,
+        expert_priorities(order, spec.constants.get("num_experts"), ("tie_order",)),
+        _for_backend(spec.sigmoid, backend),
+    )
 
 
 def check_routing(spec) -> None:
@@ -159,13 +176,20 @@ def check_routing(spec) -> None:
         for b in BACKENDS:
             given = getattr(value, b)
             if given is None and b in targeted:
-                fix = (f"`{b}: lowest_id` or another order" if field == "tie_order"
-                       else " or ".join(f"`{b}: {s}`" for s in SIGMOIDS))
-                raise FieldError(f"no {field} for backend {b}, which this spec targets "
-                                 f"({', '.join(getattr(spec.targets, b))}); add {fix}", (field,))
+                fix = (
+                    f"`{b}: lowest_id` or another order"
+                    if field == "tie_order"
+                    else " or ".join(f"`{b}: {s}`" for s in SIGMOIDS)
+                )
+                raise FieldError(
+                    f"no {field} for backend {b}, which this spec targets "
+                    f"({', '.join(getattr(spec.targets, b))}); add {fix}",
+                    (field,),
+                )
             if given is not None and b not in targeted:
-                raise FieldError(f"this spec has no {b} targets; remove `{b}` here or add {b} archs under targets",
-                                 (field, b))
+                raise FieldError(
+                    f"this spec has no {b} targets; remove `{b}` here or add {b} archs under targets", (field, b)
+                )
     for b in targeted:
         order = _for_backend(spec.tie_order, b)
         where = ("tie_order", b) if isinstance(spec.tie_order, TieOrderPerBackend) else ("tie_order",)
@@ -184,13 +208,18 @@ def expert_priorities(order, num_experts, where: tuple) -> list[int] | None:
         what = "table" if isinstance(order, list) else "rule"
         raise FieldError(f"a tie-order {what} needs an integer constant `num_experts`", where)
     if not 0 < n <= MAX_EXPERTS:
-        raise FieldError(f"num_experts = {n} cannot be tie-ordered: 1..{MAX_EXPERTS} experts fit the kernel's "
-                         "16-bit tie field", where)
+        raise FieldError(
+            f"num_experts = {n} cannot be tie-ordered: 1..{MAX_EXPERTS} experts fit the kernel's 16-bit tie field",
+            where,
+        )
     places = order if isinstance(order, list) else wave64_traversal(order, n, where)
     if sorted(places) != list(range(n)):
         missing = sorted(set(range(n)) - set(places))[:5]
-        raise FieldError(f"the table must list each of 0..{n - 1} once (num_experts = {n}); "
-                         f"got {len(places)} entries, missing e.g. {missing}", where)
+        raise FieldError(
+            f"the table must list each of 0..{n - 1} once (num_experts = {n}); "
+            f"got {len(places)} entries, missing e.g. {missing}",
+            where,
+        )
     priority = [0] * n
     for place, expert in enumerate(places):
         priority[expert] = place
@@ -206,20 +235,27 @@ def wave64_traversal(rule: TieRule, num_experts: int, where: tuple) -> list[int]
     """
     ranks, epg = rule.lane_rank, rule.experts_per_group
     if len(ranks) != WAVE_LANES:
-        raise FieldError(f"a wave64 lane table has {WAVE_LANES} entries, one rank per lane; got {len(ranks)}",
-                         where + ("lane_rank",))
+        raise FieldError(
+            f"a wave64 lane table has {WAVE_LANES} entries, one rank per lane; got {len(ranks)}", where + ("lane_rank",)
+        )
     first: dict[int, int] = {}
     for lane, rank in enumerate(ranks):
         if not 0 <= rank < WAVE_LANES:
-            raise FieldError(f"lane {lane} has rank {rank}; ranks are 0..{WAVE_LANES - 1}, each once",
-                             where + ("lane_rank", lane))
+            raise FieldError(
+                f"lane {lane} has rank {rank}; ranks are 0..{WAVE_LANES - 1}, each once", where + ("lane_rank", lane)
+            )
         if rank in first:
-            raise FieldError(f"rank {rank} is given to lanes {first[rank]} and {lane}; each of 0..{WAVE_LANES - 1} "
-                             "once", where + ("lane_rank", lane))
+            raise FieldError(
+                f"rank {rank} is given to lanes {first[rank]} and {lane}; each of 0..{WAVE_LANES - 1} once",
+                where + ("lane_rank", lane),
+            )
         first[rank] = lane
     if epg < 1 or num_experts % epg:
-        raise FieldError(f"experts_per_group = {epg} does not divide num_experts = {num_experts}; lanes load "
-                         "whole groups, so give a divisor", where + ("experts_per_group",))
+        raise FieldError(
+            f"experts_per_group = {epg} does not divide num_experts = {num_experts}; lanes load "
+            "whole groups, so give a divisor",
+            where + ("experts_per_group",),
+        )
     groups = num_experts // epg
     lanes = sorted(range(WAVE_LANES), key=ranks.__getitem__)
     return [g * epg + i for lane in lanes for g in range(lane, groups, WAVE_LANES) for i in range(epg)]

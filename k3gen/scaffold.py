@@ -4,6 +4,7 @@ The scaffold is a minimal real family (a row copy over bf16/fp32 for sm_90a) tha
 accepts and whose kernel compiles; its oracle's reference() raises NotImplementedError, so the
 generated tests are red, saying what to fill in, until someone writes the contract.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,11 +16,21 @@ from .grammar import name_problem
 
 # Scaffold sources are templates of templates: the kernel template keeps its own {{ }} for
 # `k3gen build`, so the scaffold substitutes with [[ ]] and [% %] instead.
-SCAFFOLD_DELIMITERS = dict(variable_start_string="[[", variable_end_string="]]", block_start_string="[%",
-                           block_end_string="%]", comment_start_string="[#", comment_end_string="#]")
+SCAFFOLD_DELIMITERS = dict(
+    variable_start_string="[[",
+    variable_end_string="]]",
+    block_start_string="[%",
+    block_end_string="%]",
+    comment_start_string="[#",
+    comment_end_string="#]",
+)
 # (template under templates/scaffold/, file it becomes, relative to the project root)
-FILES = [("spec.yaml.j2", "specs/{name}.yaml"), ("kernel.cuh.j2.j2", "templates/{name}/kernel.cuh.j2"),
-         ("oracle.py.j2", "k3gen/oracles/{name}.py"), ("limits.yaml.j2", "templates/{name}/limits.yaml")]
+FILES = [
+    ("spec.yaml.j2", "specs/{name}.yaml"),
+    ("kernel.cuh.j2.j2", "templates/{name}/kernel.cuh.j2"),
+    ("oracle.py.j2", "k3gen/oracles/{name}.py"),
+    ("limits.yaml.j2", "templates/{name}/limits.yaml"),
+]
 # Names taken by something else: template folders, the csrc/ folder and the package's own attribute.
 RESERVED = {"common", "scaffold", "csrc", "import_module"}
 
@@ -39,18 +50,26 @@ def check_name(root: Path, name: str) -> None:
     if (root / "templates" / name).exists() and f"templates/{name}/kernel.cuh.j2" not in taken:
         taken.append(f"templates/{name}/")
     declared = re.compile(rf"^kernel:\s*[\"']?{re.escape(name)}[\"']?\s*(#.*)?$", re.M)
-    taken += [f"specs/{f.name} (kernel: {name})" for f in sorted((root / "specs").glob("*.yaml"))
-              if f.name != f"{name}.yaml" and declared.search(f.read_text())]
+    taken += [
+        f"specs/{f.name} (kernel: {name})"
+        for f in sorted((root / "specs").glob("*.yaml"))
+        if f.name != f"{name}.yaml" and declared.search(f.read_text())
+    ]
     if taken:
-        raise ScaffoldError(f"k3gen new: family '{name}' already exists: {', '.join(taken)}; pick another name, "
-                            "or edit that spec")
+        raise ScaffoldError(
+            f"k3gen new: family '{name}' already exists: {', '.join(taken)}; pick another name, or edit that spec"
+        )
 
 
 def render_scaffold(root: Path, name: str) -> dict[str, str]:
     """{path relative to the project: text} of the new family's files."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root / "templates" / "scaffold")),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
-                             **SCAFFOLD_DELIMITERS)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(root / "templates" / "scaffold")),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        **SCAFFOLD_DELIMITERS,
+    )
     return {rel.format(name=name): env.get_template(src).render(name=name) for src, rel in FILES}
 
 

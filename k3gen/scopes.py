@@ -3,6 +3,7 @@
 Built from a validated spec (or the validated parts of one), so an unknown name is a located spec
 error at load time, and the plan renders the very same resolution.
 """
+
 from __future__ import annotations
 
 from .exprs import Name, Scope, constant
@@ -15,8 +16,11 @@ def _constants(s) -> dict[str, Name]:
 
 
 def _int_params(s) -> dict[str, Name]:
-    return {p: Name("int", p, p, positive=all(v > 0 for v in prm.values))
-            for p, prm in getattr(s, "params", {}).items() if prm.is_int}
+    return {
+        p: Name("int", p, p, positive=all(v > 0 for v in prm.values))
+        for p, prm in getattr(s, "params", {}).items()
+        if prm.is_int
+    }
 
 
 def _flags(s) -> dict[str, Name]:
@@ -29,12 +33,20 @@ def _ranks(s) -> dict[str, int]:
 
 def gate_scope(s) -> Scope:
     """Gates: checked in the wrapper and again in C++, so only what the args struct carries."""
-    names = {**_constants(s),
-             **{d: Name("int", d, f"a.{d}") for d in s.signature.dims},
-             **{n: Name(_SCALAR_TYPES[sc.type], n, f"a.{n}") for n, sc in s.signature.scalars.items()},
-             **_int_params(s), "vec": Name("int", "vec", "vec", positive=True)}
-    return Scope(names, tensors=_ranks(s), cpp=True, want="bool",
-                 strided=frozenset(n for n, t in s.signature.tensors.items() if t.layout == "rows"))
+    names = {
+        **_constants(s),
+        **{d: Name("int", d, f"a.{d}") for d in s.signature.dims},
+        **{n: Name(_SCALAR_TYPES[sc.type], n, f"a.{n}") for n, sc in s.signature.scalars.items()},
+        **_int_params(s),
+        "vec": Name("int", "vec", "vec", positive=True),
+    }
+    return Scope(
+        names,
+        tensors=_ranks(s),
+        cpp=True,
+        want="bool",
+        strided=frozenset(n for n, t in s.signature.tensors.items() if t.layout == "rows"),
+    )
 
 
 def dim_scope(s, before: list[str]) -> Scope:

@@ -4,13 +4,14 @@ Each rule names the top-level fields it reads and runs whenever those fields are
 others are not, so one run reports every problem of a spec. A rule yields (path, message) pairs; the
 loader turns them into located SpecErrors.
 """
+
 from __future__ import annotations
 
 import math
 from types import SimpleNamespace
 
-from .bounds import KEY_FIELDS, MAX_FILE_NAME, MAX_VARIANTS
 from . import grammar
+from .bounds import KEY_FIELDS, MAX_FILE_NAME, MAX_VARIANTS
 from .dtypes import DTYPES
 from .errors import FieldError
 from .exprs import ExprError, parse_expr
@@ -25,6 +26,7 @@ def rule(*needs: str):
     def register(fn):
         RULES.append((needs, fn))
         return fn
+
     return register
 
 
@@ -55,11 +57,18 @@ def _bounded_matrix(s):
     fields = len(s.dtypes.axes) + len(s.params) + len(call_flags)
     where = ("flags",) if call_flags else ("params",) if s.params else ("dtypes",)
     if variants > MAX_VARIANTS:
-        yield where, (f"{cells} dtype cells x {per_cell} param combinations x 2^{len(call_flags)} call-time flags = "
-                   f"{variants} variants; a family has at most {MAX_VARIANTS} (bounds.MAX_VARIANTS): split it")
+        yield (
+            where,
+            (
+                f"{cells} dtype cells x {per_cell} param combinations x 2^{len(call_flags)} call-time flags = "
+                f"{variants} variants; a family has at most {MAX_VARIANTS} (bounds.MAX_VARIANTS): split it"
+            ),
+        )
     elif fields > KEY_FIELDS:
-        yield where, (f"{fields} axes, params and call-time flags; the switch key has {KEY_FIELDS} fields "
-                   "(bounds.KEY_FIELDS)")
+        yield (
+            where,
+            (f"{fields} axes, params and call-time flags; the switch key has {KEY_FIELDS} fields (bounds.KEY_FIELDS)"),
+        )
 
 
 @rule("kernel", "dtypes", "params", "flags")
@@ -69,8 +78,13 @@ def _file_names(s):
     longest += sum(3 + len(p) + max(len(str(v)) for v in prm.values) for p, prm in s.params.items())
     longest += sum(6 + len(f) for f, fl in s.flags.items() if fl.archs is None)
     if longest + 12 > MAX_FILE_NAME:
-        yield (), (f"variant file names reach {longest + 12} characters; at most {MAX_FILE_NAME} "
-                   "(bounds.MAX_FILE_NAME): shorten the kernel, axis, param or flag names")
+        yield (
+            (),
+            (
+                f"variant file names reach {longest + 12} characters; at most {MAX_FILE_NAME} "
+                "(bounds.MAX_FILE_NAME): shorten the kernel, axis, param or flag names"
+            ),
+        )
 
 
 @rule("dtypes", "signature")
@@ -78,17 +92,27 @@ def _tensor_dtypes(s):
     axes = s.dtypes.axes
     unknown = [(n, t) for n, t in s.signature.tensors.items() if t.dtype not in axes and t.dtype not in DTYPES]
     for name, t in unknown:
-        yield ("signature", "tensors", name, "dtype"), (
-            f"dtype '{t.dtype}' is neither an axis ({', '.join(axes)}) nor a dtype ({', '.join(DTYPES)})")
+        yield (
+            ("signature", "tensors", name, "dtype"),
+            (f"dtype '{t.dtype}' is neither an axis ({', '.join(axes)}) nor a dtype ({', '.join(DTYPES)})"),
+        )
     if unknown:  # an unbound axis is then most likely that typo, already reported
         return
     bound = {t.dtype for t in s.signature.tensors.values() if not t.output}
     for axis in axes:
         if not any(t.dtype == axis for t in s.signature.tensors.values()):
-            yield ("dtypes", "axes", axis), f"axis '{axis}' is not the dtype of any tensor; bind it with `dtype: {axis}`"
+            yield (
+                ("dtypes", "axes", axis),
+                f"axis '{axis}' is not the dtype of any tensor; bind it with `dtype: {axis}`",
+            )
         elif axis not in bound and axis not in s.dtypes.defaults:
-            yield ("dtypes", "axes", axis), (f"axis '{axis}' is bound only by outputs, which callers may omit; give it a "
-                                             f"default: `defaults: {{{axis}: {{from: AXIS, map: {{...}}}}}}`")
+            yield (
+                ("dtypes", "axes", axis),
+                (
+                    f"axis '{axis}' is bound only by outputs, which callers may omit; give it a "
+                    f"default: `defaults: {{{axis}: {{from: AXIS, map: {{...}}}}}}`"
+                ),
+            )
 
 
 @rule("params", "signature")
@@ -96,8 +120,13 @@ def _tensor_cases(s):
     for name, t in s.signature.tensors.items():
         for param, cases in t.by.items():
             if param not in s.params:
-                yield ("signature", "tensors", name, "by", param), (
-                    f"{ascii(param)[:60]} is not a param{_suggest(param, s.params)}; " f"params: {', '.join(s.params) or 'none'}")
+                yield (
+                    ("signature", "tensors", name, "by", param),
+                    (
+                        f"{ascii(param)[:60]} is not a param{_suggest(param, s.params)}; "
+                        f"params: {', '.join(s.params) or 'none'}"
+                    ),
+                )
                 continue
             for value, case in cases.items():
                 where = ("signature", "tensors", name, "by", param, value)
@@ -112,21 +141,33 @@ def _flag_archs(s):
     for flag, f in s.flags.items():
         for i, a in enumerate(f.archs or []):
             if a not in s.targets.all:
-                yield ("flags", flag, "archs", i), (f"{ascii(a)[:60]} is not a target of this spec; targets: "
-                                                    f"{', '.join(s.targets.all)}")
+                yield (
+                    ("flags", flag, "archs", i),
+                    (f"{ascii(a)[:60]} is not a target of this spec; targets: {', '.join(s.targets.all)}"),
+                )
 
 
 @rule("signature", "params", "flags", "constants")
 def _unique_names(s):
-    groups = (("signature", "dims"), s.signature.dims), (("signature", "tensors"), s.signature.tensors), \
-        (("signature", "scalars"), s.signature.scalars), (("params",), s.params), (("flags",), s.flags), \
-        (("constants",), s.constants)
+    groups = (
+        (("signature", "dims"), s.signature.dims),
+        (("signature", "tensors"), s.signature.tensors),
+        (("signature", "scalars"), s.signature.scalars),
+        (("params",), s.params),
+        (("flags",), s.flags),
+        (("constants",), s.constants),
+    )
     names = [n for _, g in groups for n in g]
     for where, group in groups:
         for n in group:
             if names.count(n) > 1:
-                yield where + (n,), ("name '" + n + "' is used twice across dims, tensors, scalars, params, flags and "
-                                     "constants; rename one")
+                yield (
+                    where + (n,),
+                    (
+                        "name '" + n + "' is used twice across dims, tensors, scalars, params, flags and "
+                        "constants; rename one"
+                    ),
+                )
 
 
 @rule("signature", "params", "flags", "constants")
@@ -174,16 +215,20 @@ def _scalar_defaults(s):
 def _rejects(s):
     for name, idx in s.tests.rejects.items():
         if not 0 <= idx < len(s.gates):
-            yield ("tests", "rejects", name), (f"gate index {idx} is out of range; this spec has gates "
-                                               f"0..{len(s.gates) - 1}")
+            yield (
+                ("tests", "rejects", name),
+                (f"gate index {idx} is out of range; this spec has gates 0..{len(s.gates) - 1}"),
+            )
 
 
 @rule("signature", "tests")
 def _test_dims(s):
     for d in s.tests.dims:
         if d not in s.signature.dims:
-            yield ("tests", "dims", d), (f"{ascii(d)[:60]} is not a dim{_suggest(d, s.signature.dims)}; dims: "
-                                         f"{', '.join(s.signature.dims)}")
+            yield (
+                ("tests", "dims", d),
+                (f"{ascii(d)[:60]} is not a dim{_suggest(d, s.signature.dims)}; dims: {', '.join(s.signature.dims)}"),
+            )
 
 
 @rule("dtypes", "vector")
@@ -201,12 +246,17 @@ def _vector_overrides(s):
 @rule("dtypes", "params", "fast_math")
 def _fast_math(s):
     axes = s.dtypes.axes
-    for key, values in (s.fast_math.when.items() if s.fast_math else ()):
+    for key, values in s.fast_math.when.items() if s.fast_math else ():
         allowed = axes.get(key) or (s.params[key].values if key in s.params else None)
         if allowed is None:
             known = [*axes, *s.params]
-            yield ("fast_math", "when", key), (f"{ascii(key)[:60]} is neither a dtype axis nor a param"
-                                               f"{_suggest(key, known)}; known: {', '.join(known)}")
+            yield (
+                ("fast_math", "when", key),
+                (
+                    f"{ascii(key)[:60]} is neither a dtype axis nor a param"
+                    f"{_suggest(key, known)}; known: {', '.join(known)}"
+                ),
+            )
             continue
         for i, v in enumerate(values):
             if v not in allowed:
@@ -230,12 +280,22 @@ def _tuning(s):
         return
     for knob, values in s.tuning.knobs.items():
         if knob not in s.constants:
-            yield ("tuning", "knobs", knob), (f"{ascii(knob)[:60]} is not a constant{_suggest(knob, s.constants)}; "
-                                              f"a knob is a constant the template reads: "
-                                              f"{', '.join(s.constants) or 'none declared'}")
+            yield (
+                ("tuning", "knobs", knob),
+                (
+                    f"{ascii(knob)[:60]} is not a constant{_suggest(knob, s.constants)}; "
+                    f"a knob is a constant the template reads: "
+                    f"{', '.join(s.constants) or 'none declared'}"
+                ),
+            )
         elif s.constants[knob] not in values:
-            yield ("tuning", "knobs", knob), (f"the default {knob} = {s.constants[knob]} (constants.{knob}) is not a "
-                                              f"candidate; list it among {values}")
+            yield (
+                ("tuning", "knobs", knob),
+                (
+                    f"the default {knob} = {s.constants[knob]} (constants.{knob}) is not a "
+                    f"candidate; list it among {values}"
+                ),
+            )
     if "M" not in s.signature.dims:
         yield ("tuning", "buckets"), "buckets are on dim M, which the signature does not declare"
         return
@@ -243,6 +303,11 @@ def _tuning(s):
     low = 0
     for i, high in enumerate(s.tuning.buckets):
         if not any(low < m <= high for m in sizes):
-            yield ("tuning", "buckets", i), (f"no test size lies in bucket {low} < M <= {high}; add one to "
-                                             "tests.dims.M, so the generated tests run the config it picks")
+            yield (
+                ("tuning", "buckets", i),
+                (
+                    f"no test size lies in bucket {low} < M <= {high}; add one to "
+                    "tests.dims.M, so the generated tests run the config it picks"
+                ),
+            )
         low = high

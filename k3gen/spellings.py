@@ -6,6 +6,7 @@ renderers (k3gen.render) and the reference docs (k3gen.docs) both import this mo
 else spells them, so neither needs the other. Spec text never passes through here: only grammar
 tokens (names, dtypes, numbers) are spelled; free text leaves through k3gen.escape.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -19,8 +20,13 @@ if TYPE_CHECKING:
     from .plan import FamilyPlan, Variant
 
 # Args-struct field kinds: (C++ type, ctypes type).
-ARG_CTYPES = {"ptr": ("const void*", "c_void_p"), "mut_ptr": ("void*", "c_void_p"),
-              "i64": ("int64_t", "c_int64"), "i32": ("int32_t", "c_int32"), "f32": ("float", "c_float")}
+ARG_CTYPES = {
+    "ptr": ("const void*", "c_void_p"),
+    "mut_ptr": ("void*", "c_void_p"),
+    "i64": ("int64_t", "c_int64"),
+    "i32": ("int32_t", "c_int32"),
+    "f32": ("float", "c_float"),
+}
 # Python annotation of a spec scalar type.
 PY_SCALAR = {"f32": "float", "i32": "int", "i64": "int"}
 
@@ -73,8 +79,12 @@ def template_args(p: FamilyPlan, v: Variant, backend: str, config: int = 0) -> s
 
 def param_enums(p: FamilyPlan) -> list[tuple[str, int]]:
     """C++ constants for string-valued params: scale_format_ue8m0 = 2."""
-    return [(f"{n}_{val}", i) for n, prm in p.spec.params.items() for i, val in enumerate(prm.values)
-            if isinstance(val, str)]
+    return [
+        (f"{n}_{val}", i)
+        for n, prm in p.spec.params.items()
+        for i, val in enumerate(prm.values)
+        if isinstance(val, str)
+    ]
 
 
 def cpp_constants(p: FamilyPlan) -> list[tuple[str, tuple[str, str]]]:
@@ -118,7 +128,7 @@ def dtype_bindings(p: FamilyPlan) -> list[tuple[str, str, str | None]]:
     out = []
     for axis in s.dtypes.axes:
         tensors = [(n, t) for n, t in s.signature.tensors.items() if t.dtype == axis]
-        name, t = min(tensors, key=lambda nt: (nt[1].output or nt[1].optional))
+        name, t = min(tensors, key=lambda nt: nt[1].output or nt[1].optional)
         derived = s.dtypes.defaults[axis].from_ if (t.output or t.optional) else None
         out.append((axis, name, derived))
     return out
@@ -147,8 +157,16 @@ def host_tensors(p: FamilyPlan) -> list[dict]:
                 spec = (case.dtype or t.dtype, case.shape or t.shape, case.layout or t.layout)
                 cases.append((f"{param} == {py_literal(value)}", *_tensor_case(p, *spec)))
         cases.append((None, *_tensor_case(p, *base)))
-        out.append({"name": name, "rank": len(t.shape), "optional": t.optional, "output": t.output,
-                    "device": "" if i == 0 else ", device=device", "cases": cases})
+        out.append(
+            {
+                "name": name,
+                "rank": len(t.shape),
+                "optional": t.optional,
+                "output": t.output,
+                "device": "" if i == 0 else ", device=device",
+                "cases": cases,
+            }
+        )
     return out
 
 
@@ -169,10 +187,12 @@ def wrapper_signature(p: FamilyPlan) -> dict[str, str]:
     params += [f"{n}=None" for n, t in sig.tensors.items() if t.output]
     names = [x.split("=")[0] for x in params]
     # The torch custom op: functional (outputs are returned, never passed), every argument typed.
-    typed = [(n, "torch.Tensor | None" if t.optional else "torch.Tensor")
-             for n, t in sig.tensors.items() if not t.output]
-    typed += [(n, f"{PY_SCALAR[sc.type]} | None" if sc.optional else PY_SCALAR[sc.type])
-              for n, sc in sig.scalars.items()]
+    typed = [
+        (n, "torch.Tensor | None" if t.optional else "torch.Tensor") for n, t in sig.tensors.items() if not t.output
+    ]
+    typed += [
+        (n, f"{PY_SCALAR[sc.type]} | None" if sc.optional else PY_SCALAR[sc.type]) for n, sc in sig.scalars.items()
+    ]
     typed += [(n, "str" if any(isinstance(v, str) for v in prm.values) else "int") for n, prm in s.params.items()]
     typed += [(n, "bool") for n, f in s.flags.items() if f.kwarg]
     # A dtype axis read from an output (situ_and_mul's `out`) becomes a dtype argument of the op,
@@ -188,18 +208,35 @@ def wrapper_signature(p: FamilyPlan) -> dict[str, str]:
     defaults |= {n: None for n, t in sig.tensors.items() if t.optional and not t.output}
     defaults |= {n: None for n in dtype_args}
     resolve_from_op = [*(n for n, _ in typed if n not in dtype_args), *(f"{n}={n}" for n in dtype_args)]
-    op_from_call = [*(n for n, _ in typed if n not in dtype_args),
-                    *(f"{b[1]}.dtype if {b[1]} is not None else None" for b in bindings if b[2])]
-    return {"params": ", ".join(params), "names": ", ".join(names), "op_defaults": defaults,
-            "lists": {"params": params, "names": names, "op_params": [f"{n}: {t}" for n, t in typed],
-                      "resolve_from_op": resolve_from_op, "op_from_call": op_from_call},
-            "inputs": [n for n, t in sig.tensors.items() if not t.output], "outputs": outputs,
-            "op_params": ", ".join(f"{n}: {t}" for n, t in typed), "op_names": ", ".join(n for n, _ in typed),
-            "resolve_from_op": ", ".join([*(n for n, _ in typed if n not in dtype_args),
-                                          *(f"{n}={n}" for n in dtype_args)]),
-            "op_from_call": ", ".join([*(n for n, _ in typed if n not in dtype_args),
-                                       *(f"{b[1]}.dtype if {b[1]} is not None else None"
-                                         for b in bindings if b[2])]),
-            "dtype_args": dtype_args,
-            "dtype_arg_outputs": {f"{axis}_dtype": t for axis, t, derived in bindings if derived},
-            "op_returns": returns}
+    op_from_call = [
+        *(n for n, _ in typed if n not in dtype_args),
+        *(f"{b[1]}.dtype if {b[1]} is not None else None" for b in bindings if b[2]),
+    ]
+    return {
+        "params": ", ".join(params),
+        "names": ", ".join(names),
+        "op_defaults": defaults,
+        "lists": {
+            "params": params,
+            "names": names,
+            "op_params": [f"{n}: {t}" for n, t in typed],
+            "resolve_from_op": resolve_from_op,
+            "op_from_call": op_from_call,
+        },
+        "inputs": [n for n, t in sig.tensors.items() if not t.output],
+        "outputs": outputs,
+        "op_params": ", ".join(f"{n}: {t}" for n, t in typed),
+        "op_names": ", ".join(n for n, _ in typed),
+        "resolve_from_op": ", ".join(
+            [*(n for n, _ in typed if n not in dtype_args), *(f"{n}={n}" for n in dtype_args)]
+        ),
+        "op_from_call": ", ".join(
+            [
+                *(n for n, _ in typed if n not in dtype_args),
+                *(f"{b[1]}.dtype if {b[1]} is not None else None" for b in bindings if b[2]),
+            ]
+        ),
+        "dtype_args": dtype_args,
+        "dtype_arg_outputs": {f"{axis}_dtype": t for axis, t, derived in bindings if derived},
+        "op_returns": returns,
+    }

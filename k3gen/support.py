@@ -3,6 +3,7 @@
 The generated docs (generated/docs/) and the README's support matrix both state these; change them
 here, with the CI or GPU run that proves the new fact, and `k3gen build` updates the docs.
 """
+
 from __future__ import annotations
 
 # HIP archs that CI compiles (clang-19, --cuda-device-only); clang-19 does not know gfx950.

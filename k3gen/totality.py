@@ -9,6 +9,7 @@ The model checks that what a spec names exists; this checks that nothing generat
   tests build dense and strided inputs that meet them). The generated tests call each variant with
   each combination, so a refused one is a located error here rather than a crash there.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -32,12 +33,19 @@ def _defaults(ls) -> list[SpecError]:
             if src in rule.map:
                 continue
             targets = list(dict.fromkeys(c[axis] for c in cells if c[rule.from_] == src))
-            fix = f"add `{src}: {targets[0]}`" if len(targets) == 1 else \
-                f"add `{src}: DTYPE`, one of {', '.join(targets)}"
-            errors.append(ls.error(("dtypes", "defaults", axis, "map"),
-                                   f"no default {axis} for {rule.from_}={src}, which is generated "
-                                   f"({', '.join(f'{rule.from_}={src}, {axis}={t}' for t in targets)}); a call that "
-                                   f"omits {axis} would be refused: {fix} to the map"))
+            fix = (
+                f"add `{src}: {targets[0]}`"
+                if len(targets) == 1
+                else f"add `{src}: DTYPE`, one of {', '.join(targets)}"
+            )
+            errors.append(
+                ls.error(
+                    ("dtypes", "defaults", axis, "map"),
+                    f"no default {axis} for {rule.from_}={src}, which is generated "
+                    f"({', '.join(f'{rule.from_}={src}, {axis}={t}' for t in targets)}); a call that "
+                    f"omits {axis} would be refused: {fix} to the map",
+                )
+            )
     return errors
 
 
@@ -48,8 +56,12 @@ def _overrides(ls) -> list[SpecError]:
     for i, o in enumerate(s.vector.overrides):
         if not any(all(c[a] == d for a, d in o.when.items()) for c in cells):
             when = ", ".join(f"{a}={d}" for a, d in o.when.items())
-            errors.append(ls.error(("vector", "overrides", i, "when"),
-                                   f"the override for {when} matches no generated cell; remove it or fix `when`"))
+            errors.append(
+                ls.error(
+                    ("vector", "overrides", i, "when"),
+                    f"the override for {when} matches no generated cell; remove it or fix `when`",
+                )
+            )
     return errors
 
 
@@ -59,8 +71,12 @@ def _test_dims(ls) -> list[SpecError]:
     sizes = s.tests.dims
     missing = [d for d in s.signature.dims if d not in sizes]
     for d in missing:
-        errors.append(ls.error(("tests", "dims"), f"no test sizes for dim '{d}'; the generated tests build every "
-                                                  f"input from these: add `{d}: [...]`"))
+        errors.append(
+            ls.error(
+                ("tests", "dims"),
+                f"no test sizes for dim '{d}'; the generated tests build every input from these: add `{d}: [...]`",
+            )
+        )
     for d, values in sizes.items():
         if not values:
             errors.append(ls.error(("tests", "dims", d), f"dim '{d}' has no test sizes; list at least one"))
@@ -89,10 +105,16 @@ def _test_dims(ls) -> list[SpecError]:
         labels = list(dict.fromkeys(v for vs in by_dims.values() for v in vs))
         more = f" and {len(labels) - SHOWN_VARIANTS} more" if len(labels) > SHOWN_VARIANTS else ""
         path = ("tests", "dims", read[0]) if read else ("gates", i, "check")
-        errors.append(ls.error(path, (
-            f"the generated tests would call shapes gate {i} `{gate.check}` refuses: {'; '.join(by_dims)} "
-            f"for {len(labels)} generated variant{'s' if len(labels) != 1 else ''} "
-            f"({'; '.join(labels[:SHOWN_VARIANTS])}{more}); use test sizes every generated variant accepts")))
+        errors.append(
+            ls.error(
+                path,
+                (
+                    f"the generated tests would call shapes gate {i} `{gate.check}` refuses: {'; '.join(by_dims)} "
+                    f"for {len(labels)} generated variant{'s' if len(labels) != 1 else ''} "
+                    f"({'; '.join(labels[:SHOWN_VARIANTS])}{more}); use test sizes every generated variant accepts"
+                ),
+            )
+        )
     return errors
 
 

@@ -12,6 +12,7 @@ kernel header and backend primitives, not the units that hold the picks), its kn
 buckets and variants. When the kernel changes the identity does, and the stale table is an error
 naming the command that retunes it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -74,13 +75,32 @@ def resolve(spec, file: str, root: Path, variant_names: list[str]) -> Tuning | N
         return base
     if len(tables) > 1:  # no per-device choice in the generated code yet: one table per family
         names = ", ".join(f"{TABLE_DIR}/{t.name}" for t in tables)
-        raise SpecErrors([SpecError(f"{TABLE_DIR}/{tables[1].name}", 1, spec.kernel, "<root>",
-                                    f"a second tuning table of {spec.kernel} ({names}); the generated dispatch "
-                                    "holds one table per family: keep the one for the serving device")])
+        raise SpecErrors(
+            [
+                SpecError(
+                    f"{TABLE_DIR}/{tables[1].name}",
+                    1,
+                    spec.kernel,
+                    "<root>",
+                    f"a second tuning table of {spec.kernel} ({names}); the generated dispatch "
+                    "holds one table per family: keep the one for the serving device",
+                )
+            ]
+        )
     rel = f"{TABLE_DIR}/{tables[0].name}"
-    if not DEVICE.fullmatch(tables[0].name[len(spec.kernel) + 1:-len(".yaml")]):  # the name reaches C++ comments
-        raise SpecErrors([SpecError(rel, 1, spec.kernel, "<root>", f"the file name is not {spec.kernel}.DEVICE.yaml "
-                                                                    "with DEVICE in [a-z0-9_]+ (as `k3gen tune` names it)")])
+    if not DEVICE.fullmatch(tables[0].name[len(spec.kernel) + 1 : -len(".yaml")]):  # the name reaches C++ comments
+        raise SpecErrors(
+            [
+                SpecError(
+                    rel,
+                    1,
+                    spec.kernel,
+                    "<root>",
+                    f"the file name is not {spec.kernel}.DEVICE.yaml "
+                    "with DEVICE in [a-z0-9_]+ (as `k3gen tune` names it)",
+                )
+            ]
+        )
     located, errors = parse_yaml(tables[0].read_text(encoding="utf-8"), rel)
     if located is None:
         raise SpecErrors(errors)
@@ -95,8 +115,7 @@ def _read_table(located: LocatedData, rel: str, spec, base: Tuning, variant_name
     cmd = base.command(spec.kernel)
 
     def err(path: tuple, message: str) -> None:
-        errors.append(SpecError(rel, located.line_of(path), spec.kernel, ".".join(map(str, path)) or "<root>",
-                                message))
+        errors.append(SpecError(rel, located.line_of(path), spec.kernel, ".".join(map(str, path)) or "<root>", message))
 
     if not isinstance(data, dict):
         err((), f"a tuning table is a mapping written by `{cmd}`")
@@ -106,22 +125,29 @@ def _read_table(located: LocatedData, rel: str, spec, base: Tuning, variant_name
     if data.get("family") != spec.kernel:
         err(("family",), f"the table is of family {data.get('family')!r}, its file name says {spec.kernel}")
     if data.get("buckets") != base.buckets:
-        err(("buckets",), f"buckets {data.get('buckets')!r} are not the spec's {base.buckets} (tuning.buckets); "
-                          f"rerun `{cmd}`")
+        err(
+            ("buckets",),
+            f"buckets {data.get('buckets')!r} are not the spec's {base.buckets} (tuning.buckets); rerun `{cmd}`",
+        )
     picks: dict = {}
     table = data.get("picks") if isinstance(data.get("picks"), dict) else {}
     for name in variant_names:
         rows = table.get(name)
         if not isinstance(rows, list) or len(rows) != len(base.buckets):
-            err(("picks", name) if name in table else ("picks",),
-                f"no pick per bucket for variant {name}; rerun `{cmd}`")
+            err(
+                ("picks", name) if name in table else ("picks",),
+                f"no pick per bucket for variant {name}; rerun `{cmd}`",
+            )
             continue
         chosen = []
         for i, row in enumerate(rows):
             config = row.get("config") if isinstance(row, dict) else None
             if config not in base.configs:
-                err(("picks", name, i, "config"), f"config {config!r} is not a candidate of tuning.knobs "
-                                                  f"({len(base.configs)} configs); rerun `{cmd}`")
+                err(
+                    ("picks", name, i, "config"),
+                    f"config {config!r} is not a candidate of tuning.knobs "
+                    f"({len(base.configs)} configs); rerun `{cmd}`",
+                )
                 chosen.append(0)
             else:
                 chosen.append(base.configs.index(config))
@@ -139,8 +165,14 @@ def _read_table(located: LocatedData, rel: str, spec, base: Tuning, variant_name
 def identity(p, kernel_header: str, backend_header: str) -> str:
     """What a table measured: the family's kernel code (rendered, before any picks) and its knobs."""
     t = p.tuning
-    meaning = {"family": p.name, "knobs": t.knobs, "configs": t.configs, "buckets": t.buckets, "shape": t.shape,
-               "variants": [v.name for v in p.variants]}
+    meaning = {
+        "family": p.name,
+        "knobs": t.knobs,
+        "configs": t.configs,
+        "buckets": t.buckets,
+        "shape": t.shape,
+        "variants": [v.name for v in p.variants],
+    }
     h = hashlib.sha256(json.dumps(meaning, sort_keys=True).encode())
     for text in (kernel_header, backend_header):
         h.update(b"\0" + text.encode())
@@ -152,18 +184,36 @@ def check_identity(p, current: str) -> None:
     t = p.tuning
     if t is None or t.table_file is None or t.claimed_identity == current:
         return
-    raise SpecErrors([SpecError(t.table_file, t.located.line_of(("identity",)), p.name, "identity",
-                                f"the table measured another kernel or knobs (identity {t.claimed_identity[:16]}, "
-                                f"now {current[:16]}): its picks may be wrong for this code; rerun "
-                                f"`{t.command(p.name)}` on {t.device or 'the device'} and commit the table")])
+    raise SpecErrors(
+        [
+            SpecError(
+                t.table_file,
+                t.located.line_of(("identity",)),
+                p.name,
+                "identity",
+                f"the table measured another kernel or knobs (identity {t.claimed_identity[:16]}, "
+                f"now {current[:16]}): its picks may be wrong for this code; rerun "
+                f"`{t.command(p.name)}` on {t.device or 'the device'} and commit the table",
+            )
+        ]
+    )
 
 
 def tuner_data(p, current: str, oracle_spec: dict) -> dict:
     """What the GPU half (k3gen.tuning_run) needs, from generated/ alone (no spec loader there)."""
     t = p.tuning
-    return {"format": FORMAT, "family": p.name, "spec": p.file, "identity": current, "knobs": t.knobs,
-            "configs": t.configs, "buckets": t.buckets, "shape": t.shape, "oracle": p.spec.oracle,
-            "oracle_spec": oracle_spec,
-            "routing": {r.backend: r.test_data() for r in p.backend_routing()} if declares_routing(p.spec) else {},
-            "cases": list(p.spec.tests.cases),
-            "variants": [{"name": v.name, "variant": v.as_dict()} for v in p.variants]}
+    return {
+        "format": FORMAT,
+        "family": p.name,
+        "spec": p.file,
+        "identity": current,
+        "knobs": t.knobs,
+        "configs": t.configs,
+        "buckets": t.buckets,
+        "shape": t.shape,
+        "oracle": p.spec.oracle,
+        "oracle_spec": oracle_spec,
+        "routing": {r.backend: r.test_data() for r in p.backend_routing()} if declares_routing(p.spec) else {},
+        "cases": list(p.spec.tests.cases),
+        "variants": [{"name": v.name, "variant": v.as_dict()} for v in p.variants],
+    }

@@ -13,6 +13,7 @@ Writes `specs/tuning/<family>.<device>.yaml`, a table reviewed and checked in li
 per variant and bucket with the runner-up and its margin, the discarded configs, and provenance.
 `k3gen build` then checks it against the spec (k3gen.tuning) and compiles the picks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ROOT / "generated"
 TABLE_DIR = ROOT / "specs" / "tuning"
 CALLS_PER_GRAPH = 20
-HELP = ("on a GPU: check every candidate config of a family's knobs against its oracle, time each bucket of M "
-        "with CUDA graphs and write specs/tuning/<family>.<device>.yaml")
+HELP = (
+    "on a GPU: check every candidate config of a family's knobs against its oracle, time each bucket of M "
+    "with CUDA graphs and write specs/tuning/<family>.<device>.yaml"
+)
 EXAMPLES = ["k3gen tune --family route_topk", "k3gen tune --all --out /tmp/tables   # also copies the tables there"]
 
 
@@ -93,7 +96,7 @@ def _oracle_errors(op, oracle, variant: dict, cases: list[str], buckets: list[in
     for name in (f"case_{c}" for c in cases):
         try:
             getattr(oracle, name)(op, variant)
-        except Exception as exc:  # noqa: BLE001 - a skip (pytest.skip) is no failure; anything else is
+        except Exception as exc:
             if type(exc).__name__ not in ("Skipped", "SkipTest"):
                 errors.append(f"{name[5:]}: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
     for m in buckets:
@@ -101,7 +104,7 @@ def _oracle_errors(op, oracle, variant: dict, cases: list[str], buckets: list[in
         args = oracle.make_args(variant, {"M": m, **shape}, "dense", seed)
         try:
             oracle.check(op(**args), oracle.reference(variant, **args), variant)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(f"M={m}: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
     torch.cuda.synchronize()
     return errors
@@ -123,8 +126,10 @@ def tune_family(family: str, replays: int, min_gain: float, log) -> dict:
     lib = ctypes.CDLL(str(ensure_built(fam.MODULE.request(arch))))  # the handle the wrapper loaded
     force = getattr(lib, f"k3_{family}_tuning_force")
     force.argtypes, force.restype = [ctypes.c_int], None
-    log(f"{family}: built for {arch} in {time.perf_counter() - start:.1f} s; "
-        f"{len(data['configs'])} configs x {len(data['variants'])} variants x {len(data['buckets'])} buckets")
+    log(
+        f"{family}: built for {arch} in {time.perf_counter() - start:.1f} s; "
+        f"{len(data['configs'])} configs x {len(data['variants'])} variants x {len(data['buckets'])} buckets"
+    )
     backend = "hip" if torch.version.hip else "cuda"
     configs, buckets, shape = data["configs"], data["buckets"], data["shape"]
     picks, discarded = {}, []
@@ -148,7 +153,7 @@ def tune_family(family: str, replays: int, min_gain: float, log) -> dict:
                 times = {}
                 for c in good:
                     force(c)
-                    times[c] = time_graph_us(lambda: op(**args), replays)
+                    times[c] = time_graph_us(lambda args=args: op(**args), replays)
                 ranked = sorted(times, key=times.get)
                 best = ranked[0] if ranked else 0  # every config wrong: the default stays, the table says so
                 if 0 in times and times[best] > times[0] * (1.0 - min_gain):
@@ -161,13 +166,21 @@ def tune_family(family: str, replays: int, min_gain: float, log) -> dict:
                     row["margin"] = round(times[others[0]] / times[best] - 1.0, 4)
                 row["all_us"] = {json.dumps(configs[c], sort_keys=True): round(t, 3) for c, t in times.items()}
                 rows.append(row)
-                log(f"  {entry['name']} M<={m}: " + ", ".join(f"{configs[c]} {times[c]:.2f} us" for c in ranked)
-                    + f" -> {configs[best]}")
+                log(
+                    f"  {entry['name']} M<={m}: "
+                    + ", ".join(f"{configs[c]} {times[c]:.2f} us" for c in ranked)
+                    + f" -> {configs[best]}"
+                )
             picks[entry["name"]] = rows
     finally:
         force(-1)
-    return {"data": data, "picks": picks, "discarded": discarded, "arch": arch,
-            "seconds": round(time.perf_counter() - start, 1)}
+    return {
+        "data": data,
+        "picks": picks,
+        "discarded": discarded,
+        "arch": arch,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
 
 
 def _tool_version(cmd: list[str]) -> str:
@@ -185,22 +198,34 @@ def render_table(result: dict, device: str) -> str:
     data = result["data"]
     j = lambda v: json.dumps(v, sort_keys=True)  # noqa: E731
     provenance = {
-        "device": device, "arch": result["arch"],
+        "device": device,
+        "arch": result["arch"],
         "driver": _tool_version(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
-        "torch": torch.__version__, "cuda": torch.version.cuda or torch.version.hip or "",
-        "nvcc": _tool_version(["nvcc", "--version"]), "host": platform.node(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or torch.version.hip or "",
+        "nvcc": _tool_version(["nvcc", "--version"]),
+        "host": platform.node(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "spec": data["spec"], "shape": data["shape"], "calls_per_graph": CALLS_PER_GRAPH,
+        "spec": data["spec"],
+        "shape": data["shape"],
+        "calls_per_graph": CALLS_PER_GRAPH,
         "seconds": result["seconds"],
     }
-    lines = [f"# Tuning table of {data['family']} on {device}, written by `k3gen tune --family {data['family']}`.",
-             "# Review it like a spec: `k3gen build` checks it against " + data["spec"] + " (identity, buckets,",
-             "# configs) and compiles one config per variant and bucket of M into the variant units.",
-             "# A row: the bucket's bound M (timed there), the pick and its us per call, the runner-up and",
-             "# margin = runner-up us / pick us - 1 (negative: faster, but not by --min-gain over the default).",
-             f"format: {data['format']}", f"family: {data['family']}", f"device: {j(device)}",
-             f"identity: {j(data['identity'])}", f"provenance: {j(provenance)}", f"knobs: {j(data['knobs'])}",
-             f"buckets: {j(data['buckets'])}", "picks:"]
+    lines = [
+        f"# Tuning table of {data['family']} on {device}, written by `k3gen tune --family {data['family']}`.",
+        "# Review it like a spec: `k3gen build` checks it against " + data["spec"] + " (identity, buckets,",
+        "# configs) and compiles one config per variant and bucket of M into the variant units.",
+        "# A row: the bucket's bound M (timed there), the pick and its us per call, the runner-up and",
+        "# margin = runner-up us / pick us - 1 (negative: faster, but not by --min-gain over the default).",
+        f"format: {data['format']}",
+        f"family: {data['family']}",
+        f"device: {j(device)}",
+        f"identity: {j(data['identity'])}",
+        f"provenance: {j(provenance)}",
+        f"knobs: {j(data['knobs'])}",
+        f"buckets: {j(data['buckets'])}",
+        "picks:",
+    ]
     for name, rows in result["picks"].items():
         lines.append(f"  {name}:")
         lines += [f"    - {j(row)}" for row in rows]
@@ -210,15 +235,22 @@ def render_table(result: dict, device: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="k3gen tune", description=f"k3gen tune: {HELP}.",
-                                 epilog="examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="k3gen tune",
+        description=f"k3gen tune: {HELP}.",
+        epilog="examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--family", action="append", default=[], metavar="NAME[,NAME]")
     ap.add_argument("--all", action="store_true", help="every family whose spec declares tuning")
     ap.add_argument("--out", type=Path, help="also copy the tables (and tune.log) into this folder")
     ap.add_argument("--replays", type=int, default=15, help="CUDA-graph replays per timing (median)")
-    ap.add_argument("--min-gain", type=float, default=0.02,
-                    help="a config replaces the default only when this much faster (default 2%%)")
+    ap.add_argument(
+        "--min-gain",
+        type=float,
+        default=0.02,
+        help="a config replaces the default only when this much faster (default 2%%)",
+    )
     args = ap.parse_args(argv)
     _import_generated()
     import torch
@@ -227,8 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     wanted = known if args.all else [f for x in args.family for f in x.split(",") if f]
     unknown = [f for f in wanted if f not in known]
     if unknown or not wanted:
-        print(f"k3gen tune: {'unknown ' + ', '.join(unknown) if unknown else 'no family given'}; families with "
-              f"tuning: {', '.join(known) or 'none'}", file=sys.stderr)
+        print(
+            f"k3gen tune: {'unknown ' + ', '.join(unknown) if unknown else 'no family given'}; families with "
+            f"tuning: {', '.join(known) or 'none'}",
+            file=sys.stderr,
+        )
         return 2
     if not torch.cuda.is_available():
         print("k3gen tune: needs a GPU", file=sys.stderr)
@@ -248,8 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         result = tune_family(family, args.replays, args.min_gain, log)
         path = TABLE_DIR / f"{family}.{slug}.yaml"
         path.write_text(render_table(result, device), encoding="utf-8")
-        log(f"{family}: wrote {path.relative_to(ROOT)} ({result['seconds']} s; "
-            f"{len(result['discarded'])} configs discarded)")
+        log(
+            f"{family}: wrote {path.relative_to(ROOT)} ({result['seconds']} s; "
+            f"{len(result['discarded'])} configs discarded)"
+        )
         if args.out:
             shutil.copy(path, args.out / path.name)
     if args.out:

@@ -5,6 +5,7 @@ read from generated/ is trusted. MANIFEST lines are checked before any path in t
 normalized, inside generated/), and no symbolic link is followed, so a hostile tree can neither make
 k3gen delete or print a file elsewhere nor write through a link.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -45,8 +46,13 @@ class Changes:
 def safe_relative(rel: str) -> bool:
     """A path k3gen may use under generated/: relative, normalized, no `..`, no empty parts."""
     p = PurePosixPath(rel)
-    return (bool(rel) and not p.is_absolute() and ".." not in p.parts and p.as_posix() == rel
-            and all(part not in ("", ".") for part in rel.split("/")))
+    return (
+        bool(rel)
+        and not p.is_absolute()
+        and ".." not in p.parts
+        and p.as_posix() == rel
+        and all(part not in ("", ".") for part in rel.split("/"))
+    )
 
 
 def previous_files(out_dir: Path) -> list[str]:
@@ -67,9 +73,10 @@ def previous_files(out_dir: Path) -> list[str]:
         else:
             out.append(match.group(1))
     if bad:
-        raise GeneratedTreeError("MANIFEST lines k3gen will not use (each must be `<sha256>  <path inside "
-                                 "generated/>`); remove generated/MANIFEST and run `k3gen build`, which rewrites it:\n  "
-                                 + "\n  ".join(bad))
+        raise GeneratedTreeError(
+            "MANIFEST lines k3gen will not use (each must be `<sha256>  <path inside "
+            "generated/>`); remove generated/MANIFEST and run `k3gen build`, which rewrites it:\n  " + "\n  ".join(bad)
+        )
     return out
 
 
@@ -87,8 +94,10 @@ def files_on_disk(out_dir: Path) -> list[str]:
             elif name in names:
                 found.append(rel)
     if links:
-        raise GeneratedTreeError("symbolic links under generated/ (k3gen never writes through one); remove them "
-                                 "and run `k3gen build`:\n  " + "\n  ".join(sorted(links)))
+        raise GeneratedTreeError(
+            "symbolic links under generated/ (k3gen never writes through one); remove them "
+            "and run `k3gen build`:\n  " + "\n  ".join(sorted(links))
+        )
     return sorted(f for f in found if "__pycache__" not in f.split("/"))
 
 
@@ -140,8 +149,13 @@ def drift(files: dict[str, str], out_dir: Path) -> str:
         if new is None:  # listed but not generated: name it, never print a file k3gen does not own
             chunks.append(f"generated/{rel}: listed in MANIFEST but no spec generates it\n")
             continue
-        chunks += difflib.unified_diff((old or "").splitlines(keepends=True), new.splitlines(keepends=True),
-                                       f"a/generated/{rel}" if old is not None else "/dev/null", f"b/generated/{rel}")
-    chunks += [f"generated/{rel}: not listed in MANIFEST (k3gen did not write it)\n"
-               for rel in unlisted if rel not in files]
+        chunks += difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            f"a/generated/{rel}" if old is not None else "/dev/null",
+            f"b/generated/{rel}",
+        )
+    chunks += [
+        f"generated/{rel}: not listed in MANIFEST (k3gen did not write it)\n" for rel in unlisted if rel not in files
+    ]
     return "".join(chunks)

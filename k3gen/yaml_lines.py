@@ -1,4 +1,5 @@
 """Line-aware YAML loading: plain Python data plus a map from field path to 1-based line."""
+
 from __future__ import annotations
 
 import yaml
@@ -53,7 +54,9 @@ def parse_yaml(text: str, file: str) -> tuple[LocatedData | None, list[SpecError
     finally:
         loader.dispose()
     if node is None:
-        return None, [SpecError(file, 1, "", "<yaml>", "the file is empty; write a mapping starting with `kernel: NAME`")]
+        return None, [
+            SpecError(file, 1, "", "<yaml>", "the file is empty; write a mapping starting with `kernel: NAME`")
+        ]
     lines: dict[Path, int] = {(): node.start_mark.line + 1}
     errors: list[SpecError] = []
     data = _build(node, (), lines, errors, file, yaml.SafeLoader(""))
@@ -75,8 +78,7 @@ def _refuse_unbounded(loader, file: str) -> SpecError | None:
             frames.pop()
             _advance(frames)
             continue
-        if not isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.MappingStartEvent,
-                                  yaml.SequenceStartEvent)):
+        if not isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             continue
         is_key = bool(frames) and frames[-1][1] and frames[-1][3]
         path = _path_of(frames)
@@ -124,8 +126,13 @@ def _advance(frames: list[list]) -> None:
 def _unreadable(exc: yaml.reader.ReaderError, text: str, file: str) -> SpecError:
     line = text[: exc.position].count("\n") + 1
     char = chr(exc.character) if isinstance(exc.character, int) else exc.character
-    return SpecError(file, line, "", "<yaml>", f"not valid YAML: character {char!r} is not allowed; "
-                                              "remove it (specs are plain UTF-8 text)")
+    return SpecError(
+        file,
+        line,
+        "",
+        "<yaml>",
+        f"not valid YAML: character {char!r} is not allowed; remove it (specs are plain UTF-8 text)",
+    )
 
 
 def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> SpecError:
@@ -150,8 +157,15 @@ def _build(node, path: Path, lines, errors, file, constructor):
                 key = str(key)
             sub = path + (key,)
             if key in out:
-                errors.append(SpecError(file, key_node.start_mark.line + 1, "", _dotted(sub),
-                                        f"duplicate key '{key}' (first at line {lines[sub]}); keep one"))
+                errors.append(
+                    SpecError(
+                        file,
+                        key_node.start_mark.line + 1,
+                        "",
+                        _dotted(sub),
+                        f"duplicate key '{key}' (first at line {lines[sub]}); keep one",
+                    )
+                )
                 continue
             lines[sub] = key_node.start_mark.line + 1
             out[key] = _build(value_node, sub, lines, errors, file, constructor)
@@ -165,9 +179,16 @@ def _build(node, path: Path, lines, errors, file, constructor):
     try:
         return constructor.construct_object(node)
     except (yaml.YAMLError, ValueError) as exc:  # an explicit tag (!!python/object, !!int abc) SafeLoader refuses
-        errors.append(SpecError(file, node.start_mark.line + 1, "", _dotted(path),
-                                f"cannot read the value tagged {node.tag!r} ({_first_line(exc)}); "
-                                "remove the tag and write a plain value"))
+        errors.append(
+            SpecError(
+                file,
+                node.start_mark.line + 1,
+                "",
+                _dotted(path),
+                f"cannot read the value tagged {node.tag!r} ({_first_line(exc)}); "
+                "remove the tag and write a plain value",
+            )
+        )
         return None
 
 

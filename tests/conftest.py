@@ -1,4 +1,5 @@
 """Fixtures: throwaway copies of the project (see support.py)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from k3gen.cli import main
+
 from support import copy_project
 
 pytest_plugins = ["fake_cc"]  # the fake device compiler fixture of the cache and AOT tests

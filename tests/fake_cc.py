@@ -6,6 +6,7 @@ depfile that lists the `#include "..."` closure like nvcc's, and appends one lin
 link to $FAKE_CC_LOG so tests can count builds. $FAKE_CC_VERSION is its version text;
 $FAKE_CC_FAIL=compile|link makes that step fail; $FAKE_CC_SLEEP_LINK holds a link open.
 """
+
 from __future__ import annotations
 
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = r'''
+SCRIPT = r"""
 import hashlib, os, re, sys, time
 
 args = sys.argv[1:]
@@ -55,7 +56,7 @@ else:
         h.update(open(obj, "rb").read())
 with open(out, "w") as f:
     f.write(f"fake {kind} {h.hexdigest()}\n")
-'''
+"""
 
 
 def clear_toolchain_caches() -> None:
@@ -102,9 +103,14 @@ def fake_cc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     script.write_text(f"#!{sys.executable} -S\n{SCRIPT}")
     script.chmod(0o755)
     log = tmp_path / "fake-cc.log"
-    for name, value in {"K3GEN_NVCC": script, "K3GEN_HIPCC": script, "FAKE_CC_LOG": log,
-                        "K3GEN_CACHE_DIR": tmp_path / "cache", "K3GEN_AOT_DIR": tmp_path / "no-aot",
-                        "K3GEN_JOBS": "2"}.items():
+    for name, value in {
+        "K3GEN_NVCC": script,
+        "K3GEN_HIPCC": script,
+        "FAKE_CC_LOG": log,
+        "K3GEN_CACHE_DIR": tmp_path / "cache",
+        "K3GEN_AOT_DIR": tmp_path / "no-aot",
+        "K3GEN_JOBS": "2",
+    }.items():
         monkeypatch.setenv(name, str(value))
     for name in ("K3GEN_NO_JIT", "FAKE_CC_VERSION", "FAKE_CC_FAIL", "FAKE_CC_SLEEP_LINK"):
         monkeypatch.delenv(name, raising=False)

@@ -14,6 +14,7 @@
   file with its comments and string literals blanked out, so a test can assert that a payload is
   only ever data.
 """
+
 from __future__ import annotations
 
 import ast
@@ -157,8 +158,12 @@ class Sandbox:
     def subst(self, text: str) -> str:
         """Fill a payload's placeholders: @MARK@ (absolute marker path), @OUT@ (outside dir),
         @SIB@ (sibling dir), @ROOT@ (the copy's root)."""
-        return (text.replace("@MARK@", str(self.marker)).replace("@OUT@", str(self.outside))
-                .replace("@SIB@", str(self.sibling)).replace("@ROOT@", str(self.proj)))
+        return (
+            text.replace("@MARK@", str(self.marker))
+            .replace("@OUT@", str(self.outside))
+            .replace("@SIB@", str(self.sibling))
+            .replace("@ROOT@", str(self.proj))
+        )
 
     def spec(self, name: str) -> Path:
         return self.proj / "specs" / name
@@ -192,8 +197,9 @@ class Run:
         return self.out + self.err
 
     def __str__(self) -> str:
-        return (f"exit {self.code} after {self.wall:.2f}s\n--- stdout\n{self.out[-3000:]}\n"
-                f"--- stderr\n{self.err[-3000:]}")
+        return (
+            f"exit {self.code} after {self.wall:.2f}s\n--- stdout\n{self.out[-3000:]}\n--- stderr\n{self.err[-3000:]}"
+        )
 
 
 def _vm_bytes() -> int:
@@ -224,8 +230,7 @@ def run_forked(fn, *, cwd: Path, limit_s: float = 10.0, extra_memory: int = 3 <<
             os.dup2(out_f.fileno(), 1)
             os.dup2(err_f.fileno(), 2)
             sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="strict")
-            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                          errors="backslashreplace")
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
             os.chdir(cwd)
             resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
             result = fn()
@@ -286,7 +291,7 @@ def k3gen(sb: Sandbox, *args: str, cwd: Path | None = None, limit_s: float = 10.
 # Import and pytest collection in a separate process
 
 
-_SERVER = r'''
+_SERVER = r"""
 import json, os, sys, time, io, traceback, signal
 root = sys.argv[1]
 sys.path[:] = [root] + [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith("/generated")]
@@ -355,7 +360,7 @@ for line in sys.stdin:
     except OSError:
         pass
     print(json.dumps({"code": code, "wall": time.perf_counter() - start}), flush=True)
-'''
+"""
 
 
 class Importer:
@@ -365,8 +370,14 @@ class Importer:
         self.workdir = workdir
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, str(ROOT)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, cwd=workdir, env=env, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, str(ROOT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=workdir,
+            env=env,
+            text=True,
+        )
         assert json.loads(self._read(120)) == {"ready": True}
         self.n = 0
 
@@ -380,8 +391,9 @@ class Importer:
     def _ask(self, op: str, proj: Path, family: str = "", limit_s: float = 10.0) -> Run:
         self.n += 1
         log = self.workdir / f"request-{self.n}.log"
-        self.proc.stdin.write(json.dumps({"op": op, "proj": str(proj), "family": family, "log": str(log),
-                                          "limit_s": limit_s}) + "\n")
+        self.proc.stdin.write(
+            json.dumps({"op": op, "proj": str(proj), "family": family, "log": str(log), "limit_s": limit_s}) + "\n"
+        )
         self.proc.stdin.flush()
         reply = json.loads(self._read(limit_s + 30))
         text = log.read_text(errors="backslashreplace") if log.exists() else ""
@@ -409,9 +421,15 @@ def collect_in_subprocess(proj: Path, limit_s: float = 60.0) -> Run:
     env.update(PYTHONPATH=os.pathsep.join([str(proj / "generated"), str(ROOT)]), PYTHONDONTWRITEBYTECODE="1")
     start = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                               "generated/tests"], cwd=proj, env=env, capture_output=True, text=True,
-                              timeout=limit_s, errors="backslashreplace")
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "generated/tests"],
+            cwd=proj,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=limit_s,
+            errors="backslashreplace",
+        )
         code, out, err = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as exc:
         code, out, err = None, str(exc.stdout or ""), str(exc.stderr or "")
@@ -434,9 +452,7 @@ def py_identifiers(tree: ast.AST) -> set[str]:
             names.add(node.name)
         elif isinstance(node, ast.alias):
             names.update(filter(None, [*node.name.split("."), node.asname]))
-        elif isinstance(node, ast.keyword) and node.arg:
-            names.add(node.arg)
-        elif isinstance(node, ast.arg):
+        elif (isinstance(node, ast.keyword) and node.arg) or isinstance(node, ast.arg):
             names.add(node.arg)
     return names
 
@@ -489,14 +505,14 @@ def cpp_lex(text: str) -> tuple[str, list[str]]:
             j = text.find(end, m.end())
             if j == -1:
                 raise CppLexError(f"unterminated raw string at offset {i}")
-            literals.append(text[m.end():j])
+            literals.append(text[m.end() : j])
             out.append('""')
             i = j + len(end)
         elif c in "\"'":
             j = i + 1
             while True:
                 if j >= n or text[j] == "\n":
-                    raise CppLexError(f"unterminated {c} literal at offset {i}: {text[i:i + 60]!r}")
+                    raise CppLexError(f"unterminated {c} literal at offset {i}: {text[i : i + 60]!r}")
                 if text[j] == "\\":
                     j += 2
                     continue
@@ -504,7 +520,7 @@ def cpp_lex(text: str) -> tuple[str, list[str]]:
                     break
                 j += 1
             if c == '"':
-                literals.append(text[i + 1:j])
+                literals.append(text[i + 1 : j])
             out.append(c + c)
             i = j + 1
         else:
@@ -523,8 +539,11 @@ def cpp_string_literals(text: str) -> list[str]:
 
 def generated_files(proj: Path) -> dict[str, str]:
     gen = proj / "generated"
-    return {p.relative_to(gen).as_posix(): p.read_text(errors="surrogateescape")
-            for p in sorted(gen.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        p.relative_to(gen).as_posix(): p.read_text(errors="surrogateescape")
+        for p in sorted(gen.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 CPP_SUFFIXES = (".cu", ".hip", ".h", ".cuh")

@@ -14,6 +14,7 @@ and nvcc only:
 
 build/ is git-ignored; the copies are rebuilt from scratch each time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,11 +59,23 @@ def prepare(out: Path, names: list[str]) -> list[str]:
                 (dest / "k3gen").mkdir(parents=True, exist_ok=True)
                 shutil.copy(ROOT / "k3gen" / name, dest / "k3gen" / name)
             for name in K3GEN_DIRS:  # the copy's oracles are the work tree's: edits change specs only
-                shutil.copytree(ROOT / "k3gen" / name, dest / "k3gen" / name, ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(
+                    ROOT / "k3gen" / name, dest / "k3gen" / name, ignore=shutil.ignore_patterns("__pycache__")
+                )
         (dest / "pytest.ini").write_text("[pytest]\n")  # the copy is its own rootdir: no outer config
-        (dest / "EDIT.json").write_text(json.dumps({
-            "name": edit.name, "why": edit.why, "family": edit.family, "tests": edit.test_files(),
-            "notes": edit.notes}, indent=2) + "\n")
+        (dest / "EDIT.json").write_text(
+            json.dumps(
+                {
+                    "name": edit.name,
+                    "why": edit.why,
+                    "family": edit.family,
+                    "tests": edit.test_files(),
+                    "notes": edit.notes,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"  {edit.name}: {edit.why} ({edit.family})")
     shutil.copy(RUNNER, out / "run.py")
     return [e.name for e in edits]
@@ -76,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     names = prepare(args.out, args.edits)
     size = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
     print(f"prepared {len(names)} edits in {args.out} ({size / 2**20:.1f} MiB): {', '.join(names)}")
-    print(f"on the GPU machine: python {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}"
-          "/run.py")
+    print(
+        f"on the GPU machine: python {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}/run.py"
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ Each edit's copy is its own project (its own k3kernels package, k3gen runtime an
 runs in it, in a fresh interpreter, on the edit's generated tests. One line per edit with the counts,
 then a total; exit 1 if any test failed or errored (or a run timed out).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,17 @@ def run_edit(edit_dir: Path, timeout: int) -> dict:
     # The copy first: its k3gen package and k3kernels shadow any installed ones.
     path = [str(edit_dir), str(edit_dir / "generated"), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE", f"--junitxml={junit}",
-           *meta["tests"]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-rfE",
+        f"--junitxml={junit}",
+        *meta["tests"],
+    ]
     start = time.time()
     try:
         done = subprocess.run(cmd, cwd=edit_dir, env=env, capture_output=True, text=True, timeout=timeout)
@@ -45,10 +55,18 @@ def run_edit(edit_dir: Path, timeout: int) -> dict:
             for key in counts:
                 counts[key] += int(suite.get(key, 0))
     passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return {"edit": meta["name"], "family": meta["family"], "passed": passed, "failed": counts["failures"],
-            "errors": counts["errors"], "skipped": counts["skipped"], "rc": rc, "seconds": round(time.time() - start),
-            "ok": rc == 0 and counts["failures"] == 0 and counts["errors"] == 0 and passed > 0,
-            "log": str(edit_dir / "pytest.log")}
+    return {
+        "edit": meta["name"],
+        "family": meta["family"],
+        "passed": passed,
+        "failed": counts["failures"],
+        "errors": counts["errors"],
+        "skipped": counts["skipped"],
+        "rc": rc,
+        "seconds": round(time.time() - start),
+        "ok": rc == 0 and counts["failures"] == 0 and counts["errors"] == 0 and passed > 0,
+        "log": str(edit_dir / "pytest.log"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     for d in dirs:
         r = run_edit(d, args.timeout)
         results.append(r)
-        print(f"{'PASS' if r['ok'] else 'FAIL'} {r['edit']:<32} {r['family']:<28} passed={r['passed']} "
-              f"failed={r['failed']} errors={r['errors']} skipped={r['skipped']} rc={r['rc']} ({r['seconds']}s)",
-              flush=True)
+        print(
+            f"{'PASS' if r['ok'] else 'FAIL'} {r['edit']:<32} {r['family']:<28} passed={r['passed']} "
+            f"failed={r['failed']} errors={r['errors']} skipped={r['skipped']} rc={r['rc']} ({r['seconds']}s)",
+            flush=True,
+        )
     bad = [r for r in results if not r["ok"]]
     total = {k: sum(r[k] for r in results) for k in ("passed", "failed", "errors", "skipped")}
     print(f"{len(results) - len(bad)}/{len(results)} edits pass: " + ", ".join(f"{k}={v}" for k, v in total.items()))

@@ -1,4 +1,5 @@
 """The real project root and throwaway copies of the project, for tests that build or validate."""
+
 from __future__ import annotations
 
 import shutil
@@ -26,8 +27,9 @@ def copy_project(dest: Path, specs: tuple[str, ...] = (SPEC_FILE,)) -> Path:
         frozen = DATA / Path(spec).name
         shutil.copy(frozen if frozen.is_file() else ROOT / spec, dest / spec)
     shutil.copytree(ROOT / "templates", dest / "templates")
-    shutil.copytree(ROOT / "k3gen" / "oracles", dest / "k3gen" / "oracles",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "k3gen" / "oracles", dest / "k3gen" / "oracles", ignore=shutil.ignore_patterns("__pycache__")
+    )
     return dest
 
 

@@ -4,6 +4,7 @@ A throwaway project with two families (situ_and_mul, route_topk): one ninja buil
 a rerun that does nothing, an edit that rebuilds only what it touched, and a runtime that takes the
 AOT library when, and only when, its record vouches for exactly the request.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -17,6 +18,7 @@ from k3gen.cli import main
 from k3gen.runtime import K3BuildError, K3ToolchainMissing
 from k3gen.runtime.artifact import LIB, RECORD
 from k3gen.runtime.cache import ensure_built
+
 from support import ROOT, SPEC_FILE, copy_project
 
 FAMILIES = ("situ_and_mul", "route_topk")
@@ -54,8 +56,11 @@ def wrapper(project: Path, family: str):
 
 def mtimes(project: Path) -> dict[str, int]:
     aot = project / "aot"
-    return {p.relative_to(aot).as_posix(): p.stat().st_mtime_ns for p in aot.rglob("*")
-            if p.is_file() and not p.name.startswith(".ninja")}
+    return {
+        p.relative_to(aot).as_posix(): p.stat().st_mtime_ns
+        for p in aot.rglob("*")
+        if p.is_file() and not p.name.startswith(".ninja")
+    }
 
 
 def test_compile_builds_the_matrix_once_and_the_runtime_takes_it(fake_cc, proj, capfd):
@@ -66,7 +71,8 @@ def test_compile_builds_the_matrix_once_and_the_runtime_takes_it(fake_cc, proj, 
     n_units = sum(units(proj, f) for f in FAMILIES) * len(CUDA_ARCHS)
     assert fake_cc.count("compile") == n_units and fake_cc.count("link") == 4
     assert sorted(p.parent.relative_to(proj / "aot").as_posix() for p in (proj / "aot").rglob(RECORD)) == sorted(
-        f"{f}/{a}" for f in FAMILIES for a in CUDA_ARCHS)  # default: CUDA archs only
+        f"{f}/{a}" for f in FAMILIES for a in CUDA_ARCHS
+    )  # default: CUDA archs only
     fake_cc.set("K3GEN_AOT_DIR", str(proj / "aot"))
     fake_cc.set("K3GEN_NO_JIT", "1")
     for family in FAMILIES:
@@ -226,10 +232,16 @@ def test_selection_by_family_and_arch(fake_cc, proj):
     assert fake_cc.count("link") == 4  # the other three; the one built before stays built
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--arch", "sm_80"], "arch sm_80 is declared by none of route_topk, situ_and_mul; declared: sm_90a, sm_100a, gfx942"),
-    (["--family", "nope"], "k3gen compile: unknown family 'nope'; families: route_topk, situ_and_mul"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--arch", "sm_80"],
+            "arch sm_80 is declared by none of route_topk, situ_and_mul; declared: sm_90a, sm_100a, gfx942",
+        ),
+        (["--family", "nope"], "k3gen compile: unknown family 'nope'; families: route_topk, situ_and_mul"),
+    ],
+)
 def test_bad_selections_exit_2_naming_what_is_declared(fake_cc, proj, capfd, args, message):
     assert compile_(proj, *args) == 2
     assert message in capfd.readouterr().err

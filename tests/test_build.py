@@ -1,4 +1,5 @@
 """`k3gen build` / `check` / `list` / `schema` on a throwaway copy of the project."""
+
 from __future__ import annotations
 
 import hashlib
@@ -9,6 +10,7 @@ from pathlib import Path
 from k3gen.cli import main
 from k3gen.load import load_specs
 from k3gen.plan import resolve_all
+
 from support import ROOT, SPEC_FILE
 
 WRAPPER = "k3kernels/situ_and_mul.py"
@@ -21,8 +23,11 @@ def k3gen(project: Path, *args: str) -> int:
 def snapshot(project: Path) -> dict[str, tuple[str, int]]:
     """sha256 and mtime of every file under generated/, by relative path."""
     gen = project / "generated"
-    return {p.relative_to(gen).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(gen.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(gen).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(gen.rglob("*"))
+        if p.is_file()
+    }
 
 
 def summary_line(out: str) -> str:
@@ -52,10 +57,14 @@ def test_check_fails_with_a_diff_and_the_fix_after_a_hand_edit(built_project: Pa
     out, err = capsys.readouterr()
     assert out.startswith(f"--- a/generated/{WRAPPER}\n+++ b/generated/{WRAPPER}\n")
     assert [line for line in out.splitlines() if line.startswith(("--- ", "+++ "))] == [
-        f"--- a/generated/{WRAPPER}", f"+++ b/generated/{WRAPPER}"]
+        f"--- a/generated/{WRAPPER}",
+        f"+++ b/generated/{WRAPPER}",
+    ]
     assert "\n-# tweaked by hand\n" in out
-    assert err == ("\nk3gen check: generated/ does not match specs/ and templates/ (stale or edited by hand).\n"
-                   "Fix: run `k3gen build` and commit generated/.\n")
+    assert err == (
+        "\nk3gen check: generated/ does not match specs/ and templates/ (stale or edited by hand).\n"
+        "Fix: run `k3gen build` and commit generated/.\n"
+    )
 
 
 def test_build_restores_a_hand_edited_file(built_project: Path, capsys):
@@ -112,8 +121,11 @@ def test_manifest_is_sorted_and_lists_the_sha256_of_every_file(built_project: Pa
     rows = [line.split("  ", 1) for line in lines[1:]]
     paths = [path for _, path in rows]
     assert paths == sorted(paths)
-    on_disk = sorted(p.relative_to(gen).as_posix() for p in gen.rglob("*")
-                     if p.is_file() and p.name != "MANIFEST" and "__pycache__" not in p.parts)
+    on_disk = sorted(
+        p.relative_to(gen).as_posix()
+        for p in gen.rglob("*")
+        if p.is_file() and p.name != "MANIFEST" and "__pycache__" not in p.parts
+    )
     assert paths == on_disk
     for digest, path in rows:
         assert digest == hashlib.sha256((gen / path).read_bytes()).hexdigest(), path

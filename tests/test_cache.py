@@ -3,6 +3,7 @@
 Keys are injective over every input; concurrent callers build once; interrupted, corrupted,
 wrong-arch and failed builds are never served; a missing compiler says which variable to set.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -14,10 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fake_cc import build_in_child
 from k3gen.runtime import K3BuildError, K3ToolchainMissing
 from k3gen.runtime.artifact import LIB, RECORD, jit_entry_name
 from k3gen.runtime.cache import BuildRequest, ensure_built
+
+from fake_cc import build_in_child
 from support import ROOT
 
 SOURCES = ("fam__a.cu", "fam__b.cu", "dispatch.cu")
@@ -54,6 +56,7 @@ def entry_of(req: BuildRequest, cache: Path) -> Path:
 
 # (a) injectivity ---------------------------------------------------------------------------------
 
+
 def test_identical_inputs_give_one_key_even_relocated(fake_cc, csrc, tmp_path):
     other = make_csrc(tmp_path / "elsewhere" / "csrc")
     assert request(csrc).key() == request(csrc).key() == request(other).key()
@@ -79,9 +82,16 @@ def test_key_changes_with_each_file_and_the_compiler(fake_cc, csrc, change):
     assert request(csrc).key() != before
 
 
-@pytest.mark.parametrize("other", [
-    dict(arch="sm_100a"), dict(defines=("-DK3_PDL=0",)), dict(defines=("-DK3_PDL=1", "-DK3_X=1")), dict(defines=()),
-], ids=["arch", "define value", "extra define", "no define"])
+@pytest.mark.parametrize(
+    "other",
+    [
+        dict(arch="sm_100a"),
+        dict(defines=("-DK3_PDL=0",)),
+        dict(defines=("-DK3_PDL=1", "-DK3_X=1")),
+        dict(defines=()),
+    ],
+    ids=["arch", "define value", "extra define", "no define"],
+)
 def test_key_changes_with_arch_and_flags(fake_cc, csrc, other):
     assert request(csrc, **other).key() != request(csrc).key()
 
@@ -103,7 +113,7 @@ def test_flipping_any_byte_of_any_input_changes_the_key(fake_cc, csrc, data):
     i = data.draw(st.integers(0, len(original) - 1))
     before = request(csrc).key()
     try:
-        path.write_bytes(original[:i] + bytes([original[i] ^ data.draw(st.integers(1, 255))]) + original[i + 1:])
+        path.write_bytes(original[:i] + bytes([original[i] ^ data.draw(st.integers(1, 255))]) + original[i + 1 :])
         assert request(csrc).key() != before
     finally:
         path.write_bytes(original)
@@ -124,6 +134,7 @@ def test_every_family_and_arch_of_generated_has_its_own_key(fake_cc):
 
 # (b) concurrency ---------------------------------------------------------------------------------
 
+
 def test_concurrent_processes_build_once_and_agree(fake_cc, csrc, tmp_path):
     fake_cc.set("FAKE_CC_SLEEP_LINK", "0.5")  # hold the build open while the others arrive
     n = 4
@@ -143,6 +154,7 @@ def test_concurrent_processes_build_once_and_agree(fake_cc, csrc, tmp_path):
 
 
 # (c) interrupted builds --------------------------------------------------------------------------
+
 
 def _cache(tmp_path: Path) -> Path:
     return tmp_path / "cache"
@@ -165,9 +177,11 @@ def test_a_final_dir_without_a_valid_record_is_rebuilt(fake_cc, csrc, tmp_path, 
     req = request(csrc)
     lib = ensure_built(req)
     good = lib.read_bytes()
-    {"no record": lambda: (lib.parent / RECORD).unlink(),
-     "bad json": lambda: (lib.parent / RECORD).write_text("{\"key\": "),
-     "no library": lambda: lib.unlink()}[damage]()
+    {
+        "no record": lambda: (lib.parent / RECORD).unlink(),
+        "bad json": lambda: (lib.parent / RECORD).write_text('{"key": '),
+        "no library": lambda: lib.unlink(),
+    }[damage]()
     assert ensure_built(req) == lib
     assert fake_cc.count("link") == 2
     assert lib.read_bytes() == good  # deterministic rebuild, now vouched for by a fresh record
@@ -175,6 +189,7 @@ def test_a_final_dir_without_a_valid_record_is_rebuilt(fake_cc, csrc, tmp_path, 
 
 
 # (d) corruption ----------------------------------------------------------------------------------
+
 
 def test_a_corrupted_library_is_detected_and_rebuilt(fake_cc, csrc):
     req = request(csrc)
@@ -187,6 +202,7 @@ def test_a_corrupted_library_is_detected_and_rebuilt(fake_cc, csrc):
 
 
 # (e) wrong arch ----------------------------------------------------------------------------------
+
 
 def test_an_entry_of_another_arch_under_the_key_path_is_never_loaded(fake_cc, csrc, tmp_path):
     sm90, sm100 = request(csrc, "sm_90a"), request(csrc, "sm_100a")
@@ -215,6 +231,7 @@ def test_an_aot_entry_of_another_arch_is_never_loaded(fake_cc, csrc, tmp_path):
 
 # (f) failed builds -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("step", ["compile", "link"])
 def test_a_failed_build_raises_with_the_compiler_output_and_leaves_nothing(fake_cc, csrc, tmp_path, step):
     req = request(csrc)
@@ -229,6 +246,7 @@ def test_a_failed_build_raises_with_the_compiler_output_and_leaves_nothing(fake_
 
 
 # (g) missing compiler ----------------------------------------------------------------------------
+
 
 def test_no_compiler_anywhere_names_the_variable(fake_cc, csrc, tmp_path):
     empty = tmp_path / "empty-bin"

@@ -8,6 +8,7 @@ is then its own test, whose failure names the translation unit and shows the com
 
 No compiler: skip, except under CI (env CI set), where a missing compiler is a failure.
 """
+
 from __future__ import annotations
 
 import os
@@ -88,8 +89,20 @@ def _probe_hip_arch(clang: str, arch: str, work: Path) -> Cell | None:
     know arch, a failure for any other error (a broken toolchain must never pass as a skip)."""
     src = work / "probe.hip"
     src.write_text("__global__ void k3_probe(int* p) { *p = 1; }\n")
-    cmd = [clang, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "-nogpulib", "-O3", "-std=c++17",
-           "-S", str(src), "-o", str(work / f"probe_{arch}.s")]
+    cmd = [
+        clang,
+        "-x",
+        "hip",
+        f"--offload-arch={arch}",
+        "--cuda-device-only",
+        "-nogpulib",
+        "-O3",
+        "-std=c++17",
+        "-S",
+        str(src),
+        "-o",
+        str(work / f"probe_{arch}.s"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode == 0:
         return None
@@ -109,8 +122,22 @@ def _units(p, backend: str, arch: str, compiler: str, out_dir: Path) -> list[Uni
             cmd = [compiler, *compile_flags(arch, defines, CSRC), "-c", str(src), "-o", str(out)]
         else:
             out = out_dir / f"{Path(name).stem}.s"
-            cmd = [compiler, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "-nogpulib", "-O3",
-                   "-std=c++17", *defines, f"-I{CSRC}", "-S", str(src), "-o", str(out)]
+            cmd = [
+                compiler,
+                "-x",
+                "hip",
+                f"--offload-arch={arch}",
+                "--cuda-device-only",
+                "-nogpulib",
+                "-O3",
+                "-std=c++17",
+                *defines,
+                f"-I{CSRC}",
+                "-S",
+                str(src),
+                "-o",
+                str(out),
+            ]
         units.append(Unit(src, out, cmd))
     return units
 
@@ -122,13 +149,21 @@ def _ninja_escape_path(s: str) -> str:
 def _write_ninja(units: list[Unit], build_dir: Path) -> Path:
     # Each edge records its own output and exit status, so one failing unit neither hides the
     # others' results nor mixes its messages with theirs.
-    lines = ["ninja_required_version = 1.3", "", "rule cc",
-             "  command = $cmd > $log 2>&1; echo $$? > $out", "  description = $desc", ""]
+    lines = [
+        "ninja_required_version = 1.3",
+        "",
+        "rule cc",
+        "  command = $cmd > $log 2>&1; echo $$? > $out",
+        "  description = $desc",
+        "",
+    ]
     for u in units:
-        lines += [f"build {_ninja_escape_path(str(u.rc))}: cc {_ninja_escape_path(str(u.source))}",
-                  f"  cmd = {shlex.join(u.command).replace('$', '$$')}",
-                  f"  log = {shlex.quote(str(u.log)).replace('$', '$$')}",
-                  f"  desc = {u.source.name} -> {u.output.parent.name}"]
+        lines += [
+            f"build {_ninja_escape_path(str(u.rc))}: cc {_ninja_escape_path(str(u.source))}",
+            f"  cmd = {shlex.join(u.command).replace('$', '$$')}",
+            f"  log = {shlex.quote(str(u.log)).replace('$', '$$')}",
+            f"  desc = {u.source.name} -> {u.output.parent.name}",
+        ]
     path = build_dir / "build.ninja"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -163,8 +198,9 @@ def compiled(tmp_path_factory) -> dict[str, Cell]:
     if units:
         _write_ninja(units, work)
         jobs = os.environ.get("K3GEN_JOBS") or str(os.cpu_count() or 1)  # as the runtime's builds
-        proc = subprocess.run([find_ninja(), "-C", str(work), "-j", jobs], capture_output=True, text=True,
-                              timeout=NINJA_TIMEOUT_S)
+        proc = subprocess.run(
+            [find_ninja(), "-C", str(work), "-j", jobs], capture_output=True, text=True, timeout=NINJA_TIMEOUT_S
+        )
         if proc.returncode != 0:  # edges always exit 0, so this is ninja itself failing
             raise RuntimeError(f"ninja failed in {work}:\n{proc.stdout}{proc.stderr}")
     return cells
@@ -177,7 +213,8 @@ def test_cells_cover_every_generated_unit():
             ext = TU_EXT[backend]
             on_disk = sorted(f.name for f in (CSRC / p.name).glob(f"*.{ext}"))
             assert on_disk == sorted(kernel_sources(p, backend)), (
-                f"{p.name}/{backend}: generated/ and the plan disagree; run `k3gen check`")
+                f"{p.name}/{backend}: generated/ and the plan disagree; run `k3gen check`"
+            )
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=_cell_id)
@@ -199,5 +236,8 @@ def test_compiles(compiled, cell):
         elif log.strip():
             warnings.warn(CompileWarning(f"{u.source.relative_to(ROOT)} [{arch}]:\n{log}"), stacklevel=1)
     if failures:
-        pytest.fail(f"{len(failures)} of {len(result.units)} translation units of {family} failed to compile "
-                    f"for {arch}:\n" + "\n".join(failures), pytrace=False)
+        pytest.fail(
+            f"{len(failures)} of {len(result.units)} translation units of {family} failed to compile "
+            f"for {arch}:\n" + "\n".join(failures),
+            pytrace=False,
+        )

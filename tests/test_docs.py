@@ -1,4 +1,5 @@
 """Generated reference docs (generated/docs/): what each page must state, computed from the plan."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -10,6 +11,7 @@ from k3gen.docs import matrix_table
 from k3gen.load import load_specs
 from k3gen.plan import resolve_all
 from k3gen.render import render_all
+
 from support import ROOT
 
 
@@ -51,8 +53,9 @@ def test_arch_states(plans, docs):
     for backend in p.backends:
         for arch in p.archs(backend):
             state = support.arch_state(backend, arch)
-            assert any(line.startswith(f"| {arch} | {backend} |") and f"| **{state}** |" in line
-                       for line in page.splitlines()), arch
+            assert any(
+                line.startswith(f"| {arch} | {backend} |") and f"| **{state}** |" in line for line in page.splitlines()
+            ), arch
     assert "| sm_90a | cuda | yes | yes (NVIDIA H200) | **run on a GPU** |" in page
     if "gfx950" in p.archs("hip"):
         assert "| gfx950 | hip | no | no | **declared only** |" in page
@@ -69,8 +72,17 @@ def test_states_follow_ci_and_the_gpu_run():
 
 def test_the_rest_of_the_page(plans, docs):
     p, page = plans["situ_and_mul"], docs["docs/situ_and_mul.md"]
-    for heading in ("## Dtype matrix", "### Derived defaults", "## Params and flags", "## Vector width",
-                    "## Arch support", "## Gates", "## Constants", "## Tie order", "## Specializations"):
+    for heading in (
+        "## Dtype matrix",
+        "### Derived defaults",
+        "## Params and flags",
+        "## Vector width",
+        "## Arch support",
+        "## Gates",
+        "## Constants",
+        "## Tie order",
+        "## Specializations",
+    ):
         assert f"\n{heading}\n" in page
     assert f"= **{len(p.specializations)} specializations**" in page
     for v in p.variants:
@@ -99,6 +111,7 @@ def test_deterministic_and_relative(plans, docs):
 
 def test_matrix_shapes():
     """One axis: a row per dtype; two: a grid; three or more: one row per cell."""
+
     def fake(axes, excluded=()):
         return SimpleNamespace(spec=SimpleNamespace(dtypes=SimpleNamespace(axes=axes)), excluded=list(excluded))
 

@@ -1,6 +1,7 @@
-""""Edit the spec alone": one edit of one spec file in a copy of the project, a rebuild, and every
+""" "Edit the spec alone": one edit of one spec file in a copy of the project, a rebuild, and every
 layer follows: the C++ dispatch, the wrapper's whitelist and gates, the generated tests, the docs,
 the MANIFEST, and the CUDA sources still compile. No template or Python file is touched."""
+
 from __future__ import annotations
 
 import os
@@ -11,6 +12,7 @@ import pytest
 
 from k3gen.cli import main
 from k3gen.runtime.toolchain import compile_flags
+
 from support import copy_frozen_project
 
 
@@ -76,7 +78,12 @@ def test_add_fp16_to_an_axis(project, capsys):
 def test_add_an_exclusion(project, capsys):
     build(project, capsys)
     reason = "bf16 biases are being retired"
-    edit(project, "route_topk.yaml", "  exclude:\n", f"  exclude:\n    - {{score: bf16, bias: bf16, reason: \"{reason}\"}}\n")
+    edit(
+        project,
+        "route_topk.yaml",
+        "  exclude:\n",
+        f'  exclude:\n    - {{score: bf16, bias: bf16, reason: "{reason}"}}\n',
+    )
     out = build(project, capsys)
     gone = "k3kernels/csrc/route_topk/route_topk__score_bf16__bias_bf16.cu"
     assert f"removed generated/{gone}" in out and gone not in manifest(project)
@@ -104,15 +111,22 @@ def test_drop_an_arch(project, capsys):
 def test_add_a_runner(project, capsys, monkeypatch):
     build(project, capsys)
     path = project / "specs" / "runners.yaml"
-    path.write_text(path.read_text() + "  - name: deepgemm_fp8\n    archs: [sm_90a, sm_100a]\n"
-                                       "    consumes: dense_bf16\n    summary: \"DeepGEMM fp8 grouped GEMM\"\n")
+    path.write_text(
+        path.read_text() + "  - name: deepgemm_fp8\n    archs: [sm_90a, sm_100a]\n"
+        '    consumes: dense_bf16\n    summary: "DeepGEMM fp8 grouped GEMM"\n'
+    )
     out = build(project, capsys)
     assert "generated/k3kernels/runners.py" in out
     lookup = read(project, "k3kernels/runners.py")
-    assert '("deepgemm_fp8", ("sm_90a", "sm_100a"), "dense_bf16", torch.bfloat16, "DeepGEMM fp8 grouped GEMM"),' in lookup
-    assert '("deepgemm_fp8", ["sm_90a", "sm_100a"], "dense_bf16", torch.bfloat16),' in read(project, "tests/test_runners.py")
+    assert (
+        '("deepgemm_fp8", ("sm_90a", "sm_100a"), "dense_bf16", torch.bfloat16, "DeepGEMM fp8 grouped GEMM"),' in lookup
+    )
+    assert '("deepgemm_fp8", ["sm_90a", "sm_100a"], "dense_bf16", torch.bfloat16),' in read(
+        project, "tests/test_runners.py"
+    )
     assert "| `deepgemm_fp8` | dense_bf16 | bf16 | sm_90a, sm_100a | DeepGEMM fp8 grouped GEMM |" in read(
-        project, "docs/route_quant_fused.md")
+        project, "docs/route_quant_fused.md"
+    )
     # The lookup answers for the new runner without any code change.
     import importlib.util
 
@@ -130,8 +144,11 @@ def test_drop_a_hip_arch_and_it_leaves_every_file_of_the_family(project, capsys)
     edit(project, "per_token_group_quant.yaml", "  hip: [gfx942, gfx950]", "  hip: [gfx942]")
     build(project, capsys)
     gen = project / "generated"
-    family = [p for p in gen.rglob("*") if p.is_file() and "per_token_group_quant" in p.as_posix()
-              and "__pycache__" not in p.parts]
+    family = [
+        p
+        for p in gen.rglob("*")
+        if p.is_file() and "per_token_group_quant" in p.as_posix() and "__pycache__" not in p.parts
+    ]
     assert len(family) > 100
     assert [p.relative_to(gen).as_posix() for p in family if "gfx950" in p.read_text()] == []
     assert main(["--root", str(project), "list", "--family", "per_token_group_quant"]) == 0

@@ -1,5 +1,6 @@
 """The spec's expression language: one source, a Python and a C++ rendering, errors for the rest,
 and // and % meaning the same in both languages (negative operands included)."""
+
 from __future__ import annotations
 
 import re
@@ -12,20 +13,36 @@ import pytest
 from k3gen.exprs import MAX_DEPTH, MAX_SOURCE, ExprError, Name, Scope, constant, parse_expr
 
 ROOT = Path(__file__).resolve().parents[1]
-GATE = Scope({"M": Name("int", "M", "a.M"), "D": Name("int", "D", "a.D"), "beta": Name("float", "beta", "a.beta"),
-              "block_threads": constant(256), "strict": constant(True), "zero": constant(0),
-              "vec": Name("int", "vec", "vec", positive=True)},
-             tensors={"x": 2, "out": 2}, cpp=True, strided=frozenset({"x"}))
-DIM = Scope({"fused": Name("bool", "fused", None), "group": Name("int", "group", "group", positive=True)},
-            tensors={"x": 2}, want="int")
+GATE = Scope(
+    {
+        "M": Name("int", "M", "a.M"),
+        "D": Name("int", "D", "a.D"),
+        "beta": Name("float", "beta", "a.beta"),
+        "block_threads": constant(256),
+        "strict": constant(True),
+        "zero": constant(0),
+        "vec": Name("int", "vec", "vec", positive=True),
+    },
+    tensors={"x": 2, "out": 2},
+    cpp=True,
+    strided=frozenset({"x"}),
+)
+DIM = Scope(
+    {"fused": Name("bool", "fused", None), "group": Name("int", "group", "group", positive=True)},
+    tensors={"x": 2},
+    want="int",
+)
 SELECT = Scope({}, optional=frozenset({"bias"}))
 
 RENDERINGS = [
     # (scope, source, Python, C++)
     (GATE, "D % vec == 0", "((D % vec) == 0)", "(k3::floormod(a.D, vec) == 0)"),
-    (GATE, "x.ptr % 16 == 0 and out.ptr % 16 == 0",
-     "(((x.data_ptr() % 16) == 0) and ((out.data_ptr() % 16) == 0))",
-     "((k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out), 16) == 0))"),
+    (
+        GATE,
+        "x.ptr % 16 == 0 and out.ptr % 16 == 0",
+        "(((x.data_ptr() % 16) == 0) and ((out.data_ptr() % 16) == 0))",
+        "((k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out), 16) == 0))",
+    ),
     (GATE, "x.stride0 % vec == 0", "((x.stride(0) % vec) == 0)", "(k3::floormod(a.x_stride0, vec) == 0)"),
     (GATE, "M > 0 or not strict", "((M > 0) or (not True))", "((a.M > 0) || (!true))"),
     (GATE, "D // 2 * 2 == D", "(((D // 2) * 2) == D)", "((k3::floordiv(a.D, 2) * 2) == a.D)"),
@@ -112,10 +129,12 @@ PAIRS = [(a, b) for a in (-17, -16, -9, -8, -1, 0, 1, 7, 8, 9, 17) for b in (1, 
 def test_floor_division_agrees_in_python_and_cpp(tmp_path):
     gates = [parse_expr(f"M // {b} == {a // b} and M % {b} == {a % b}", GATE) for a, b in PAIRS]
     src = tmp_path / "t.cc"
-    src.write_text("#include <cstdint>\n#include <cstdio>\nnamespace k3 {\n" + _cpp_helpers() + "\n}\n"
-                   "struct A { int64_t M; };\nint main() {\n"
-                   + "".join(f"  {{ A a{{{a}}}; std::printf(\"%d\\n\", (int){g.cpp}); }}\n"
-                             for (a, _), g in zip(PAIRS, gates)) + "}\n")
+    src.write_text(
+        "#include <cstdint>\n#include <cstdio>\nnamespace k3 {\n" + _cpp_helpers() + "\n}\n"
+        "struct A { int64_t M; };\nint main() {\n"
+        + "".join(f'  {{ A a{{{a}}}; std::printf("%d\\n", (int){g.cpp}); }}\n' for (a, _), g in zip(PAIRS, gates))
+        + "}\n"
+    )
     subprocess.run(["c++", "-std=c++17", "-o", tmp_path / "t", src], check=True)
     got = subprocess.run([tmp_path / "t"], check=True, capture_output=True, text=True).stdout.split()
     assert got == ["1"] * len(PAIRS)  # every gate holds in C++, as it does in Python by construction

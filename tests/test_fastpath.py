@@ -1,6 +1,7 @@
 """The wrappers' steady state (k3gen.runtime.fastpath): a cached resolution serves only calls whose
 signature equals the checked one; strides, alignment, dtype, device and shape changes are checked again.
 The CPU half tests the keys and the cache; the GPU half calls the generated wrappers."""
+
 from __future__ import annotations
 
 import ctypes
@@ -11,9 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from k3gen.oracles import situ_and_mul as situ_oracle
-from k3gen.runtime import K3UnsupportedError
-from k3gen.runtime import fastpath
-from k3gen.runtime import fastpath, hostext
+from k3gen.runtime import K3UnsupportedError, fastpath, hostext
 from k3gen.runtime.fastpath import FastPath, PyFastPath
 
 A = 16
@@ -73,8 +72,9 @@ def test_each_thread_has_its_own_plans_and_they_are_bounded():
     assert len(impl._plans()) <= 1024
 
 
-_ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                               ctypes.c_void_p, ctypes.c_size_t)
+_ENTRY_TYPE = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
+)
 
 
 class _Args(ctypes.Structure):
@@ -144,7 +144,7 @@ def test_a_cached_call_with_an_empty_output_launches_nothing(python_path):
 
 def test_a_launch_error_of_a_cached_call_raises(python_path):
     fast = _remembered(_Module(rc=1), torch.zeros(4, 8), torch.empty(4, 4))
-    with pytest.raises(K3UnsupportedError, match="C[+][+] gate refused"):
+    with pytest.raises(K3UnsupportedError, match=r"C\+\+ gate refused"):
         fast.call(torch.zeros(4, 8), None, 2.0)
 
 
@@ -193,7 +193,7 @@ def test_every_changed_property_is_checked_again_on_the_gpu(host_path):
     for _ in range(3):  # the second and third calls take the cached resolution
         _close(fam.situ_and_mul(x, beta, lbeta), _expected(x))
     storage = torch.randn(8 * 512 + 8, device="cuda").to(torch.bfloat16)
-    misaligned = storage[1:1 + 8 * 512].view(8, 512)  # same dtype, shape, strides; pointer off by 2 bytes
+    misaligned = storage[1 : 1 + 8 * 512].view(8, 512)  # same dtype, shape, strides; pointer off by 2 bytes
     with pytest.raises(K3UnsupportedError, match=r"x\.ptr % 16 == 0"):
         fam.situ_and_mul(misaligned, beta, lbeta)
     odd_rows = torch.randn(8, 516, device="cuda").to(torch.bfloat16)[:, :512]  # row stride 516: not a vec multiple
@@ -294,8 +294,9 @@ def test_the_cpp_path_is_keyed_without_paths_and_off_where_it_cannot_run(monkeyp
     assert len(key) == 32 and key == hostext.content_key(torch)
     assert hostext.prebuilt_name(torch).startswith(f"_k3host.{key}.")
     monkeypatch.setattr(hostext, "SOURCE", tmp_path / "k3host.cpp")
-    (tmp_path / "k3host.cpp").write_bytes(hostext.Path(hostext.__file__).with_name("csrc").joinpath("k3host.cpp")
-                                          .read_bytes())
+    (tmp_path / "k3host.cpp").write_bytes(
+        hostext.Path(hostext.__file__).with_name("csrc").joinpath("k3host.cpp").read_bytes()
+    )
     assert hostext.content_key(torch) == key  # the same source elsewhere: the same key
     cases = [("K3GEN_HOST_PATH", "python", "K3GEN_HOST_PATH=python")]
     if not (torch.version.cuda or torch.version.hip):

@@ -1,5 +1,6 @@
 """Hypothesis fuzz of the spec model: any mutation of a valid spec gives located SpecErrors (or a
 valid spec), never an exception from deep inside."""
+
 from __future__ import annotations
 
 import re
@@ -9,16 +10,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from k3gen.load import parse_spec
+
 from support import FROZEN_SPEC
 
 VALID = yaml.safe_load(FROZEN_SPEC.read_text())
 LOCATED = re.compile(r"^specs/fuzz\.yaml:\d+ \(.+\): .+", re.DOTALL)
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**40), st.floats(allow_nan=True),
-                    st.text(max_size=12), st.sampled_from(["bf16", "fp32", "sm_90a", "gfx942", "in", "out", "M"]))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                       st.dictionaries(st.text(max_size=6), inner, max_size=3)),
-                      max_leaves=6)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 2**40),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(["bf16", "fp32", "sm_90a", "gfx942", "in", "out", "M"]),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=6,
+)
 
 
 def _paths(node, prefix=()):

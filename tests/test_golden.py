@@ -1,4 +1,5 @@
 """Golden test: the bundled specs, rendered in memory, equal the checked-in generated/ byte for byte."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,6 +8,7 @@ from k3gen.load import load_specs
 from k3gen.plan import resolve_all
 from k3gen.render import render_all
 from k3gen.write import MANIFEST, with_manifest
+
 from support import ROOT
 
 GENERATED = ROOT / "generated"
@@ -20,8 +22,11 @@ def rendered() -> dict[str, bytes]:
 
 
 def checked_in() -> list[str]:
-    return sorted(p.relative_to(GENERATED).as_posix() for p in GENERATED.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts)
+    return sorted(
+        p.relative_to(GENERATED).as_posix()
+        for p in GENERATED.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
 
 
 def test_the_same_files(rendered: dict[str, bytes]):

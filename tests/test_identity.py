@@ -6,6 +6,7 @@ text only messages show (a reason, the summary, a note) changes the wrapper, tes
 translation unit and no key; an edit of what is compiled changes the keys of exactly the units whose
 bytes change. And the key `k3gen list` shows is the one the runtime computes and uses on disk.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -20,20 +21,27 @@ from k3gen.load import load_specs
 from k3gen.plan import resolve_all
 from k3gen.render import render_all
 from k3gen.runtime.cache import ensure_built
+
 from support import ROOT, SPEC_FILE, copy_project
 
 FAMILY = "situ_and_mul"
-WRAPPER, TESTS, DOC, INDEX = (f"k3kernels/{FAMILY}.py", f"tests/test_{FAMILY}.py", f"docs/{FAMILY}.md",
-                              "docs/README.md")
+WRAPPER, TESTS, DOC, INDEX = (
+    f"k3kernels/{FAMILY}.py",
+    f"tests/test_{FAMILY}.py",
+    f"docs/{FAMILY}.md",
+    "docs/README.md",
+)
 
 
 def replaced(*pairs: tuple[str, str]):
     """An edit: each old text (present exactly once) replaced by its new text."""
+
     def edit(text: str) -> str:
         for old, new in pairs:
             assert text.count(old) == 1, old
             text = text.replace(old, new)
         return text
+
     return edit
 
 
@@ -44,38 +52,59 @@ def without_comments(text: str) -> str:
 
 # name: (edit of the frozen spec text, the generated files it may change)
 NO_OP = {
-    "comments added": replaced(("kernel: situ_and_mul\n", "# reviewed again\nkernel: situ_and_mul  # the family\n"),
-                               ("layouts: [dense, strided]", "layouts: [dense, strided]   # both")),
+    "comments added": replaced(
+        ("kernel: situ_and_mul\n", "# reviewed again\nkernel: situ_and_mul  # the family\n"),
+        ("layouts: [dense, strided]", "layouts: [dense, strided]   # both"),
+    ),
     "comments removed": without_comments,
-    "whitespace": replaced(("targets:\n  cuda: [sm_90a, sm_100a]\n  hip: [gfx942, gfx950]\n",
-                            "targets:\n\n    cuda:   [ sm_90a,sm_100a ]\n    hip: [gfx942, gfx950]   \n\n"),
-                           ("{in: bf16, out: fp16,", "{ in: bf16,  out: fp16 ,")),
-    "top-level key order": replaced(('summary: "out = beta', 'template: situ_and_mul\nsummary: "out = beta'),
-                                    ("template: situ_and_mul\ntargets:", "targets:")),
+    "whitespace": replaced(
+        (
+            "targets:\n  cuda: [sm_90a, sm_100a]\n  hip: [gfx942, gfx950]\n",
+            "targets:\n\n    cuda:   [ sm_90a,sm_100a ]\n    hip: [gfx942, gfx950]   \n\n",
+        ),
+        ("{in: bf16, out: fp16,", "{ in: bf16,  out: fp16 ,"),
+    ),
+    "top-level key order": replaced(
+        ('summary: "out = beta', 'template: situ_and_mul\nsummary: "out = beta'),
+        ("template: situ_and_mul\ntargets:", "targets:"),
+    ),
     "key order inside mappings": replaced(
-        ("x: {dtype: in, shape: [M, \"2 * D\"], layout: rows}", "x: {layout: rows, shape: [M, \"2 * D\"], dtype: in}"),
-        ("  - check: \"D % vec == 0\"\n    reason: \"each thread moves one 16-byte vector, so D must be a multiple of "
-         "the vector width\"\n",
-         "  - reason: \"each thread moves one 16-byte vector, so D must be a multiple of the vector width\"\n"
-         "    check: \"D % vec == 0\"\n"),
-        ("{in: fp32, out: fp16, reason:", "{out: fp16, in: fp32, reason:")),
+        ('x: {dtype: in, shape: [M, "2 * D"], layout: rows}', 'x: {layout: rows, shape: [M, "2 * D"], dtype: in}'),
+        (
+            '  - check: "D % vec == 0"\n    reason: "each thread moves one 16-byte vector, so D must be a multiple of '
+            'the vector width"\n',
+            '  - reason: "each thread moves one 16-byte vector, so D must be a multiple of the vector width"\n'
+            '    check: "D % vec == 0"\n',
+        ),
+        ("{in: fp32, out: fp16, reason:", "{out: fp16, in: fp32, reason:"),
+    ),
     "flow and block style": replaced(
-        ("targets:\n  cuda: [sm_90a, sm_100a]\n  hip: [gfx942, gfx950]\n",
-         "targets: {cuda: [sm_90a, sm_100a], hip: [gfx942, gfx950]}\n"),
+        (
+            "targets:\n  cuda: [sm_90a, sm_100a]\n  hip: [gfx942, gfx950]\n",
+            "targets: {cuda: [sm_90a, sm_100a], hip: [gfx942, gfx950]}\n",
+        ),
         ("vector: {bytes: 16}", "vector:\n  bytes: 16\n"),
-        ("  dims: {M: \"x.shape[0]\", D: \"x.shape[1] // 2\"}\n",
-         "  dims:\n    M: x.shape[0]\n    D: x.shape[1] // 2\n"),
-        ("  layouts: [dense, strided]\n", "  layouts:\n    - dense\n    - 'strided'\n")),
-    "quoting": replaced(("kernel: situ_and_mul\n", "kernel: \"situ_and_mul\"\n"),
-                        ("template: situ_and_mul\n", "template: 'situ_and_mul'\n")),
+        ('  dims: {M: "x.shape[0]", D: "x.shape[1] // 2"}\n', "  dims:\n    M: x.shape[0]\n    D: x.shape[1] // 2\n"),
+        ("  layouts: [dense, strided]\n", "  layouts:\n    - dense\n    - 'strided'\n"),
+    ),
+    "quoting": replaced(
+        ("kernel: situ_and_mul\n", 'kernel: "situ_and_mul"\n'),
+        ("template: situ_and_mul\n", "template: 'situ_and_mul'\n"),
+    ),
 }
 MESSAGES = {
-    "a gate reason": (replaced(("need 16-byte aligned data pointers", "need data pointers on 16-byte boundaries")),
-                      {WRAPPER, DOC}),
-    "the summary": (replaced(("g|u = halves of x's rows\"", "g|u = the two halves of each row of x\"")),
-                    {WRAPPER, DOC, INDEX}),
-    "an exclusion reason": (replaced(("cast the bf16 output instead", "cast bf16 outputs downstream")),
-                            {WRAPPER, TESTS, DOC}),
+    "a gate reason": (
+        replaced(("need 16-byte aligned data pointers", "need data pointers on 16-byte boundaries")),
+        {WRAPPER, DOC},
+    ),
+    "the summary": (
+        replaced(("g|u = halves of x's rows\"", 'g|u = the two halves of each row of x"')),
+        {WRAPPER, DOC, INDEX},
+    ),
+    "an exclusion reason": (
+        replaced(("cast the bf16 output instead", "cast bf16 outputs downstream")),
+        {WRAPPER, TESTS, DOC},
+    ),
     "the fast-math note": (replaced(("one output ulp off the oracle at most", "at most one output ulp off")), {DOC}),
 }
 
@@ -95,6 +124,7 @@ def base(tmp_path_factory) -> tuple[Path, dict, dict]:
 @pytest.fixture
 def edited(base, tmp_path):
     """edited(edit) -> (changed generated files, libraries) of a copy with the spec edited."""
+
     def run(edit):
         project = copy_project(tmp_path / "proj")
         spec = project / SPEC_FILE
@@ -102,6 +132,7 @@ def edited(base, tmp_path):
         files, libs = rendered(project)
         changed = {p for p in files.keys() | base[1].keys() if files.get(p) != base[1].get(p)}
         return changed, libs
+
     return run
 
 
@@ -130,13 +161,21 @@ def test_a_constant_changes_every_unit_of_the_family(base, edited):
 
 def test_a_new_dtype_cell_compiles_its_units_and_the_dispatch_only(base, edited):
     """The ABI header every unit includes names no variant, so the other units keep their keys."""
-    _, libs = edited(replaced(("    - {in: fp32, out: fp16, reason: \"fp32 GEMM outputs feed bf16 runners; fp16 is not "
-                               "a runner dtype\"}\n", "")))
+    _, libs = edited(
+        replaced(
+            (
+                '    - {in: fp32, out: fp16, reason: "fp32 GEMM outputs feed bf16 runners; fp16 is not '
+                'a runner dtype"}\n',
+                "",
+            )
+        )
+    )
     for key, lib in base[2].items():
         old, new = {u.file: u.key for u in lib.units}, {u.file: u.key for u in libs[key].units}
         ext = lib.units[0].file.rsplit(".", 1)[1]
-        assert [f for f in new if f not in old] == [f"{FAMILY}__in_fp32__out_fp16__has_linear_beta_{b}.{ext}"
-                                                     for b in ("off", "on")]
+        assert [f for f in new if f not in old] == [
+            f"{FAMILY}__in_fp32__out_fp16__has_linear_beta_{b}.{ext}" for b in ("off", "on")
+        ]
         assert [f for f in old if old[f] != new[f]] == [f"dispatch.{ext}"]
 
 

@@ -1,4 +1,5 @@
 """The layers DESIGN.md draws, checked on the source: who may import whom, and one of each helper."""
+
 from __future__ import annotations
 
 import ast
@@ -37,28 +38,38 @@ def test_the_runtime_imports_torch_the_standard_library_and_itself_only():
     for path in sorted((K3GEN / "runtime").glob("*.py")):
         for name in imports(path):
             top = name.split(".")[0]
-            assert top in STDLIB or top in ("torch", "ninja") or name.startswith("k3gen.runtime") \
-                or name == "k3gen", f"{path.name} imports {name}"
+            assert top in STDLIB or top in ("torch", "ninja") or name.startswith("k3gen.runtime") or name == "k3gen", (
+                f"{path.name} imports {name}"
+            )
 
 
 def test_the_generated_tests_helper_imports_torch_pytest_the_standard_library_and_the_runtime_only():
     """k3gen.testing runs wherever the generated tests run: a machine with torch (and pytest) alone."""
     for name in imports(K3GEN / "testing.py"):
         top = name.split(".")[0]
-        assert top in STDLIB or top in ("torch", "pytest") or name.startswith("k3gen.runtime") \
-            or name == "k3gen", f"testing.py imports {name}"
-    code = ("import sys\nfor m in ('pydantic', 'jinja2', 'yaml'): sys.modules[m] = None\n"
-            "import k3gen.testing\nprint('ok')")
+        assert top in STDLIB or top in ("torch", "pytest") or name.startswith("k3gen.runtime") or name == "k3gen", (
+            f"testing.py imports {name}"
+        )
+    code = (
+        "import sys\nfor m in ('pydantic', 'jinja2', 'yaml'): sys.modules[m] = None\nimport k3gen.testing\nprint('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 
 
 def test_the_dtype_table_is_importable_without_pydantic_or_jinja2_or_torch():
-    code = ("import sys\nfor m in ('pydantic', 'jinja2', 'yaml', 'torch'): sys.modules[m] = None\n"
-            "from k3gen.runtime.dtypes import DTYPES\nimport k3gen.runtime.cache, k3gen.runtime.files\n"
-            "print(len(DTYPES))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys\nfor m in ('pydantic', 'jinja2', 'yaml', 'torch'): sys.modules[m] = None\n"
+        "from k3gen.runtime.dtypes import DTYPES\nimport k3gen.runtime.cache, k3gen.runtime.files\n"
+        "print(len(DTYPES))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "5"
 

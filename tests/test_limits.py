@@ -3,6 +3,7 @@ spec at load with both lines named, and repeated as static_asserts the compiler 
 
 Edits of the frozen fixtures (tests/data) and their pinned errors; the spec-edit suite
 (tests/test_spec_edits.py) covers the limits a kernel engineer's realistic edits run into."""
+
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ from k3gen.load import load_specs, parse_spec
 from k3gen.plan import resolve_family
 from k3gen.render import render_all
 from k3gen.write import write_files
+
 from support import ROOT, SPEC_FILE, copy_project
 
 LIMITS = "templates/situ_and_mul/limits.yaml"
@@ -83,7 +85,8 @@ def test_a_malformed_limits_file_is_located_in_itself(project):
         f"{LIMITS}:12 (checks.0.check): 'nope' is not a constant or param listed in this file, nor vec; list it "
         "above first",
         f"{LIMITS}:13 (checks.1.check): 'len(x)' is outside the gate language; a check uses integer arithmetic, "
-        "comparisons and names"]
+        "comparisons and names",
+    ]
 
 
 def test_a_template_without_limits(project):
@@ -91,7 +94,8 @@ def test_a_template_without_limits(project):
     assert _errors(project) == [
         f"{SPEC_FILE}:{_line(project, SPEC_FILE, 'template:')} {K}template): templates/situ_and_mul/ declares no "
         f"limits ({LIMITS} is missing); list the dtypes, params, flags, constants and vector widths the template "
-        "supports"]
+        "supports"
+    ]
 
 
 def test_a_name_the_template_reads_is_missing(project):
@@ -102,7 +106,8 @@ def test_a_name_the_template_reads_is_missing(project):
         f"'block_threads' ({LIMITS}:{_line(project, LIMITS, 'block_threads:')}); declare it, e.g. "
         "`block_threads: 64`",
         f"{SPEC_FILE}:{_line(project, SPEC_FILE, 'flags:')} {K}flags): the template reads flag 'has_linear_beta' "
-        f"({LIMITS}:{_line(project, LIMITS, 'has_linear_beta:')}); declare it under `flags:`"]
+        f"({LIMITS}:{_line(project, LIMITS, 'has_linear_beta:')}); declare it under `flags:`",
+    ]
 
 
 def test_a_name_the_template_ignores_is_refused(project):
@@ -110,14 +115,16 @@ def test_a_name_the_template_ignores_is_refused(project):
     assert _errors(project) == [
         f"{SPEC_FILE}:{_line(project, SPEC_FILE, 'unroll:')} {K}params.unroll): templates/situ_and_mul/ reads no "
         f"param 'unroll' ({LIMITS} lists: none); the kernel would ignore it and build the same code twice: remove "
-        "it, or extend the template and its limits"]
+        "it, or extend the template and its limits"
+    ]
 
 
 def test_the_vector_kind_of_the_template(project):
     _edit(project, SPEC_FILE, "vector: {bytes: 16}", "vector: {elements: 8}")
     assert _errors(project) == [
         f"{SPEC_FILE}:{_line(project, SPEC_FILE, 'vector:')} {K}vector): templates/situ_and_mul/ sizes its vectors "
-        f"in bytes ({LIMITS}:{_line(project, LIMITS, 'bytes:')}); write `vector: {{bytes: 16}}`"]
+        f"in bytes ({LIMITS}:{_line(project, LIMITS, 'bytes:')}); write `vector: {{bytes: 16}}`"
+    ]
 
 
 def test_every_limit_is_a_static_assert_in_the_kernel():
@@ -153,10 +160,17 @@ def test_compile_refuses_a_spec_that_bypassed_load(tmp_path, capsys):
     assert errors == []
     write_files(render_all([resolve_family(ls, project)], project), project / "generated")
     csrc = project / "generated" / "k3kernels" / "csrc"
-    unit = csrc / "per_token_group_quant" / \
-        "per_token_group_quant__in_bf16__group_size_512__scale_format_ue8m0__fuse_silu_and_mul_off.cu"
-    done = subprocess.run([nvcc, *compile_flags("sm_90a", ["-DK3_PDL=1"], csrc), "-c", str(unit), "-o", os.devnull],
-                          capture_output=True, text=True, timeout=600)
+    unit = (
+        csrc
+        / "per_token_group_quant"
+        / "per_token_group_quant__in_bf16__group_size_512__scale_format_ue8m0__fuse_silu_and_mul_off.cu"
+    )
+    done = subprocess.run(
+        [nvcc, *compile_flags("sm_90a", ["-DK3_PDL=1"], csrc), "-c", str(unit), "-o", os.devnull],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode != 0
     line = _line(project, "templates/per_token_group_quant/limits.yaml", "group_size:")
     assert f"group_size: templates/per_token_group_quant/limits.yaml:{line} allows 32, 64, 128, 256" in done.stderr

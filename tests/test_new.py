@@ -1,4 +1,5 @@
 """`k3gen new NAME`: a scaffolded family builds, its oracle says what to fill in, bad names are refused."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,8 +13,12 @@ import torch
 from k3gen.cli import main
 
 NAME = "my_copy"
-SCAFFOLDED = [f"specs/{NAME}.yaml", f"templates/{NAME}/kernel.cuh.j2", f"k3gen/oracles/{NAME}.py",
-              f"templates/{NAME}/limits.yaml"]
+SCAFFOLDED = [
+    f"specs/{NAME}.yaml",
+    f"templates/{NAME}/kernel.cuh.j2",
+    f"k3gen/oracles/{NAME}.py",
+    f"templates/{NAME}/limits.yaml",
+]
 
 
 def k3gen(project: Path, *args: str) -> int:
@@ -46,7 +51,10 @@ def test_the_scaffold_builds_with_a_test_module(scaffolded: Path, capsys):
     assert (gen / f"k3kernels/{NAME}.py").is_file()
     assert (gen / f"docs/{NAME}.md").is_file()
     assert sorted(p.name for p in (gen / f"k3kernels/csrc/{NAME}").glob("*.cu")) == [
-        "dispatch.cu", f"{NAME}__in_bf16.cu", f"{NAME}__in_fp32.cu"]
+        "dispatch.cu",
+        f"{NAME}__in_bf16.cu",
+        f"{NAME}__in_fp32.cu",
+    ]
     assert f"import k3gen.oracles.{NAME} as oracle" in (gen / f"tests/test_{NAME}.py").read_text()
 
 
@@ -72,8 +80,9 @@ def test_invalid_names_are_refused(project: Path, name: str, capsys):
 def test_existing_names_are_refused(scaffolded: Path, capsys):
     spec = (scaffolded / SCAFFOLDED[0]).read_text()
     assert k3gen(scaffolded, "new", NAME) == 2
-    assert capsys.readouterr().err == (f"k3gen new: family '{NAME}' already exists: {', '.join(SCAFFOLDED)}; "
-                                       "pick another name, or edit that spec\n")
+    assert capsys.readouterr().err == (
+        f"k3gen new: family '{NAME}' already exists: {', '.join(SCAFFOLDED)}; pick another name, or edit that spec\n"
+    )
     assert (scaffolded / SCAFFOLDED[0]).read_text() == spec
     assert k3gen(scaffolded, "new", "situ_and_mul") == 2
     assert "family 'situ_and_mul' already exists: specs/situ_and_mul.yaml" in capsys.readouterr().err
@@ -93,6 +102,18 @@ def test_the_scaffolded_kernel_compiles(scaffolded: Path, capsys, tmp_path: Path
 
     assert k3gen(scaffolded, "build") == 0
     csrc = scaffolded / f"generated/k3kernels/csrc/{NAME}"
-    done = subprocess.run(["nvcc", *compile_flags("sm_90a", [], csrc.parent), "-c", f"{NAME}__in_bf16.cu",
-                           "-o", str(tmp_path / "unit.o")], cwd=csrc, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            "nvcc",
+            *compile_flags("sm_90a", [], csrc.parent),
+            "-c",
+            f"{NAME}__in_bf16.cu",
+            "-o",
+            str(tmp_path / "unit.o"),
+        ],
+        cwd=csrc,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr

@@ -7,6 +7,7 @@ the gates, that the prebuilt library is what the runtime finds (by content key: 
 compute the full key), that a GPU the wheel was not built for is refused naming both archs, and
 that every miss under K3GEN_NO_JIT=1 names its key and the command that builds it.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from k3gen.cli import main
+
 from support import ROOT
 
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
@@ -27,7 +29,7 @@ NVCC = shutil.which("nvcc") or (shutil.which("/usr/local/cuda/bin/nvcc"))
 
 pytestmark = pytest.mark.skipif(not NVCC and not IN_CI, reason="nvcc not found: the wheel's libraries need it")
 
-CHECK = textwrap.dedent('''
+CHECK = textwrap.dedent("""
     import os, sys
     import k3kernels
     from k3kernels import situ_and_mul as fam, route_topk as other
@@ -91,14 +93,25 @@ CHECK = textwrap.dedent('''
         assert f"route_topk variant {treq.variant_names()[tkey]} for sm_90a" in text, text
         assert "`k3gen compile --from-record FILE`" in text, text
     print("wheel ok")
-''')
+""")
 
 
 def test_wheel_serves_without_a_compiler(tmp_path: Path, monkeypatch, capfd):
     monkeypatch.setenv("K3GEN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    args = ["--root", str(ROOT), "package", "--family", "situ_and_mul", "--arch", "sm_90a",
-            "--aot", str(tmp_path / "aot"), "--out", str(tmp_path / "dist")]
+    args = [
+        "--root",
+        str(ROOT),
+        "package",
+        "--family",
+        "situ_and_mul",
+        "--arch",
+        "sm_90a",
+        "--aot",
+        str(tmp_path / "aot"),
+        "--out",
+        str(tmp_path / "dist"),
+    ]
     assert main(args) == 0, capfd.readouterr()
     out = capfd.readouterr().out
     assert "  sm_90a " in out and "1 libraries" in out  # the size per arch
@@ -113,13 +126,21 @@ def test_wheel_serves_without_a_compiler(tmp_path: Path, monkeypatch, capfd):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index",
-                    str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+    )
     # No nvcc: PATH without the folder that holds it, and CUDA_HOME (the runtime's fallback) nowhere.
     nvcc_dirs = {str(Path(p).parent) for p in (NVCC, "/usr/local/cuda/bin/nvcc") if p}
     path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if d not in nvcc_dirs)
-    env = {**os.environ, "PATH": path, "CUDA_HOME": str(tmp_path / "no-cuda"), "K3GEN_NO_JIT": "1",
-           "K3GEN_AOT_DIR": "", "PYTHONPATH": ""}
+    env = {
+        **os.environ,
+        "PATH": path,
+        "CUDA_HOME": str(tmp_path / "no-cuda"),
+        "K3GEN_NO_JIT": "1",
+        "K3GEN_AOT_DIR": "",
+        "PYTHONPATH": "",
+    }
     for var in ("K3GEN_NVCC", "CUDA_PATH", "K3GEN_RECORD"):
         env.pop(var, None)
     proc = subprocess.run([str(py), "-c", CHECK, str(venv)], cwd=tmp_path, env=env, capture_output=True, text=True)

@@ -1,5 +1,6 @@
 """A template that fails to render is a located error, not a traceback: the spec's file and the line
 of its `template:` key, the template file and line, and what failed; every family's at once (exit 2)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from k3gen.cli import main
+
 from support import SPEC_FILE, copy_project
 
 KERNEL = "templates/situ_and_mul/kernel.cuh.j2"
@@ -21,10 +23,14 @@ def break_line(project: Path, line: str) -> int:
     return text.count("\n") + 1
 
 
-@pytest.mark.parametrize("line, what", [
-    ("{{ p.no_such_field }}", "UndefinedError: 'k3gen.plan.FamilyPlan object' has no attribute 'no_such_field'"),
-    ('{{ "bf61" | torch_dtype_of }}', "KeyError: 'bf61'"),
-], ids=["undefined", "key error in a filter"])
+@pytest.mark.parametrize(
+    "line, what",
+    [
+        ("{{ p.no_such_field }}", "UndefinedError: 'k3gen.plan.FamilyPlan object' has no attribute 'no_such_field'"),
+        ('{{ "bf61" | torch_dtype_of }}', "KeyError: 'bf61'"),
+    ],
+    ids=["undefined", "key error in a filter"],
+)
 def test_a_render_failure_names_spec_template_and_line(tmp_path, capsys, line, what):
     project = copy_project(tmp_path / "proj", (SPEC_FILE, "specs/route_topk.yaml"))
     n = break_line(project, line)
@@ -55,4 +61,5 @@ def test_a_plan_failure_is_located_at_the_spec(tmp_path, capsys, monkeypatch):
     assert main(["--root", str(project), "build"]) == 2
     assert capsys.readouterr().err == (
         '1 spec error:\n  specs/situ_and_mul.yaml:2 (kernel "situ_and_mul", kernel): k3gen cannot resolve this spec '
-        "(KeyError: 'bf61'); a rule k3gen.spec_checks lacks: report it with this spec\n")
+        "(KeyError: 'bf61'); a rule k3gen.spec_checks lacks: report it with this spec\n"
+    )

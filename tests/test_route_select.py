@@ -4,9 +4,10 @@ route_row's correctness rests on pick_digit: every warp reads the whole 256-bin 
 holding digits [256 - n(l + 1), 256 - n l) (n = 256 / warp size), and exactly one (lane, bin) finds
 the bin holding the k_left-th candidate. This emulates that rule, the passes (early exit when the
 bin holds exactly k_left, or at most kBinGather keys) and the gather (keys >= prefix, ranked), and
-checks that the gathered keys fit and their first K are the top K, for 32- and 64-lane warps. The kernel itself is tested on a GPU by
-the generated tests; this pins the logic a reviewer reads.
+checks that the gathered keys fit and their first K are the top K, for 32- and 64-lane warps. The kernel
+itself is tested on a GPU by the generated tests; this pins the logic a reviewer reads.
 """
+
 from __future__ import annotations
 
 import random
@@ -18,7 +19,7 @@ BIN_GATHER = 32  # kBinGather: stop once the threshold's bin holds at most this 
 
 def pick_digit(hist: list[int], k_left: int, warp: int) -> tuple[int, int, int]:
     per = 256 // warp
-    totals = [sum(hist[256 - per * (lane + 1):256 - per * lane]) for lane in range(warp)]
+    totals = [sum(hist[256 - per * (lane + 1) : 256 - per * lane]) for lane in range(warp)]
     found = []
     for lane in range(warp):
         low = 256 - per * (lane + 1)

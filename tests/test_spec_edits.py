@@ -6,6 +6,7 @@ errors (file:line and message); a valid one builds, its family's generated tests
 compile with nvcc (`-k compile`; the GPU half is tests/spec_edits_gpu.py). Last, the hand-written
 tests that used to pin the bundled specs run on a copy of the whole project whose bundled specs grew.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,6 +21,7 @@ import yaml
 from k3gen.cli import main
 from k3gen.errors import SpecErrors
 from k3gen.load import load_specs
+
 from spec_edits import EDITS, expected_errors, make_copy
 from support import ROOT
 
@@ -54,8 +56,14 @@ def run_generated_tests(project, files: list[str], timeout: int = 600) -> str:
     """pytest on the copy's generated tests in a fresh interpreter: the copy's own k3kernels package
     (its custom ops would collide with the work tree's in this process); k3gen from the work tree."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(project / "generated"), str(ROOT)]))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *files], cwd=project,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *files],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     return out
@@ -85,8 +93,14 @@ def test_compile_the_units_a_valid_edit_adds(edit, tmp_path, capsys):
     build(project, capsys)
     csrc = project / "generated" / "k3kernels" / "csrc"
     for unit in edit.units:
-        cmd = [nvcc, *compile_flags(edit.arch, ["-DK3_PDL=1"], csrc), "-c", str(csrc / edit.family / unit),
-               "-o", os.devnull]
+        cmd = [
+            nvcc,
+            *compile_flags(edit.arch, ["-DK3_PDL=1"], csrc),
+            "-c",
+            str(csrc / edit.family / unit),
+            "-o",
+            os.devnull,
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{unit} [{edit.arch}]:\n{done.stdout}{done.stderr}"
 
@@ -103,8 +117,14 @@ def test_the_gpu_half_prepares_copies_that_run_with_torch_alone(tmp_path):
         (blocked / name).mkdir(parents=True)
         (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is not on the GPU machine')\n")
     env = dict(os.environ, PYTHONPATH=str(blocked))
-    done = subprocess.run([sys.executable, str(out / "run.py"), "--json", str(tmp_path / "r.json")], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(out / "run.py"), "--json", str(tmp_path / "r.json")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     line = done.stdout.splitlines()[0]
     assert re.match(r"PASS situ_drop_sm_100a +situ_and_mul +passed=\d+ failed=0 errors=0 skipped=\d+ rc=0", line), line
@@ -140,16 +160,27 @@ def grow_the_bundled_specs(project) -> list[str]:
     situ = yaml.safe_load((project / "specs/situ_and_mul.yaml").read_text())
     arch = next((a for a in CUDA_ARCHS if a not in situ["targets"].get("cuda", [])), None)
     if arch:
+
         def add_arch(d):
             d["targets"]["cuda"].append(arch)
             for flag in d.get("flags", {}).values():
                 if isinstance(flag, dict) and "archs" in flag:
                     flag["archs"].append(arch)
+
         rewrite("situ_and_mul", add_arch)
         done.append(f"situ_and_mul + {arch}")
     targets = fused["targets"].get("hip") or fused["targets"]["cuda"]
-    rewrite("runners", lambda d: d["runners"].append({"name": "k3gen_edit_runner", "archs": [targets[-1]],
-                                                      "consumes": "dense_bf16", "summary": "added by a test"}))
+    rewrite(
+        "runners",
+        lambda d: d["runners"].append(
+            {
+                "name": "k3gen_edit_runner",
+                "archs": [targets[-1]],
+                "consumes": "dense_bf16",
+                "summary": "added by a test",
+            }
+        ),
+    )
     done.append(f"runner on {targets[-1]}")
     return done
 
@@ -163,6 +194,12 @@ def test_hand_written_tests_follow_grown_bundled_specs(tmp_path, capsys):
     assert len(grown) >= 2, grown
     build(project, capsys)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(project), str(project / "generated")]))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *HAND_WRITTEN, "-k",
-                           "not compile"], cwd=project, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *HAND_WRITTEN, "-k", "not compile"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, f"after {grown}:\n{(done.stdout + done.stderr)[-6000:]}"

@@ -20,6 +20,7 @@ Run: python -m pytest -q tests/test_spec_security.py   (about 2.5 minutes on 2 c
 -k generated. and so on picks one group: text, oracle, expr, name, number, param, bound, yaml,
 filename, all-errors, diff-rev, escaped, generated, cache)
 """
+
 from __future__ import annotations
 
 import base64
@@ -31,18 +32,34 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hostile import (PWNED, ROOT, Importer, Run, Sandbox, assert_payload_is_data, collect_in_subprocess, cpp_code,
-                     cpp_string_literals, docstrings, edit, generated_files, k3gen, line_of, py_strings, tree_state,
-                     yq)
+from hostile import (
+    PWNED,
+    ROOT,
+    Importer,
+    Run,
+    Sandbox,
+    assert_payload_is_data,
+    collect_in_subprocess,
+    cpp_code,
+    cpp_string_literals,
+    docstrings,
+    edit,
+    generated_files,
+    k3gen,
+    line_of,
+    py_strings,
+    tree_state,
+    yq,
+)
 from support import copy_project
 
 SAM = "situ_and_mul.yaml"  # tests/data's frozen copy: the line numbers below are its own
@@ -52,8 +69,13 @@ KINDS = {  # the projects cases start from: which specs the copy holds
     "sam": ("specs/situ_and_mul.yaml",),
     "ptgq": ("specs/per_token_group_quant.yaml",),
     # the front and what its contracts name (k3gen/contracts.py): the separate parts and situ_and_mul
-    "front": ("specs/route_quant_fused.yaml", "specs/runners.yaml", "specs/route_topk.yaml",
-              "specs/per_token_group_quant.yaml", "specs/situ_and_mul.yaml"),
+    "front": (
+        "specs/route_quant_fused.yaml",
+        "specs/runners.yaml",
+        "specs/route_topk.yaml",
+        "specs/per_token_group_quant.yaml",
+        "specs/situ_and_mul.yaml",
+    ),
 }
 SPEC_COMMANDS = ("validate", "build", "check", "list", "diff")
 IN_PROCESS_S = 2.0  # every hostile case answers within this (issue 9)
@@ -76,8 +98,12 @@ def outside(tmp_path_factory) -> Path:
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +152,7 @@ def sandbox(tmp_path, outside, pristine):
 
 def replace_line(needle: str, new_line: str, file: str = SAM):
     """Replace the whole line holding `needle` by `new_line` (indentation included)."""
+
     def change(sb: Sandbox) -> None:
         path = sb.spec(file)
         lines = path.read_text().split("\n")
@@ -133,6 +160,7 @@ def replace_line(needle: str, new_line: str, file: str = SAM):
         lines[n - 1] = sb.subst(new_line)
         path.write_text("\n".join(lines))
         sb.edited(file, n, n + new_line.count("\n"))
+
     return change
 
 
@@ -142,8 +170,9 @@ def sub(old: str, new: str, file: str = SAM):
         text = path.read_text()
         new_text = sb.subst(new)
         path.write_text(edit(text, old, new_text))
-        first = text[:text.index(old)].count("\n") + 1
+        first = text[: text.index(old)].count("\n") + 1
         sb.edited(file, first, first + new_text.count("\n"))
+
     return change
 
 
@@ -154,6 +183,7 @@ def append(text: str, file: str = SAM):
         path.write_text(old + sb.subst(text))
         first = old.count("\n") + 1
         sb.edited(file, first, first + text.count("\n"))
+
     return change
 
 
@@ -163,6 +193,7 @@ def raw_bytes(old: bytes, new: bytes, file: str = SAM):
         data = path.read_bytes()
         assert data.count(old) == 1, f"harness: {old!r} is not unique"
         path.write_bytes(data.replace(old, new))
+
     return change
 
 
@@ -170,6 +201,7 @@ def both(*changes):
     def change(sb: Sandbox) -> None:
         for c in changes:
             c(sb)
+
     return change
 
 
@@ -209,8 +241,9 @@ def note(text: str):
 
 
 def why(text: str):
-    return replace_line(VECTOR, "vector: {bytes: 16, overrides: [{when: {in: fp32, out: fp32}, bytes: 16, why: "
-                        + yq(text) + "}]}")
+    return replace_line(
+        VECTOR, "vector: {bytes: 16, overrides: [{when: {in: fp32, out: fp32}, bytes: 16, why: " + yq(text) + "}]}"
+    )
 
 
 def runner_summary(text: str):
@@ -252,7 +285,7 @@ def group_size_values(values: list):
 
 # Payloads: each tries to run a statement that creates the case's marker, or to leave the tree.
 STATEMENT = 'open("@MARK@", "w"); k3_pwned()'
-BREAKOUT_PY = 'x"""; \'\'\'\n' + STATEMENT + "\n#"
+BREAKOUT_PY = "x\"\"\"; '''\n" + STATEMENT + "\n#"
 BREAKOUT_C = 'x");\n#include "@OUT@/secret.txt"\n' + STATEMENT + "\n//"
 DUNDER = "__import__('os').system('touch @MARK@')"
 
@@ -292,13 +325,22 @@ TEXT = [
     R("text", "summary-line-separator", summary("a\u2028" + STATEMENT), EDITED, "summary"),
     R("text", "summary-next-line-nel", summary("a\x85b"), EDITED, "summary"),
     R("text", "summary-bidi-override", summary("safe \u202e)(denwp_3k"), EDITED, "summary"),
-    R("text", "summary-block-scalar-two-lines",
-      replace_line(SUMMARY, 'summary: |\n  line one\n  ' + STATEMENT), EDITED, "summary"),
+    R(
+        "text",
+        "summary-block-scalar-two-lines",
+        replace_line(SUMMARY, "summary: |\n  line one\n  " + STATEMENT),
+        EDITED,
+        "summary",
+    ),
     R("text", "summary-301-chars", summary("s" * 301), EDITED, "summary"),
     R("text", "summary-5000-chars", summary("s" * 5000), EDITED, "summary"),
-    R("text", "summary-binary-tag-with-newline",
-      replace_line(SUMMARY, "summary: !!binary " + base64.b64encode(b'x"""\nopen("K3_MARKER", "w")\n').decode()),
-      EDITED, "summary"),
+    R(
+        "text",
+        "summary-binary-tag-with-newline",
+        replace_line(SUMMARY, "summary: !!binary " + base64.b64encode(b'x"""\nopen("K3_MARKER", "w")\n').decode()),
+        EDITED,
+        "summary",
+    ),
     R("text", "gate-reason-c-breakout", gate0_reason(BREAKOUT_C), EDITED, "gates.0.reason"),
     R("text", "gate-reason-nul", gate0_reason("a\0b"), EDITED, "gates.0.reason"),
     R("text", "gate-reason-surrogate", gate0_reason("a\udc80b"), EDITED, "gates.0.reason"),
@@ -311,11 +353,25 @@ TEXT = [
     R("text", "fast-math-note-bidi", note("\u2066note\u2069"), EDITED, "fast_math.note"),
     R("text", "vector-why-newline", why(BREAKOUT_PY), EDITED, "vector.overrides.0.why"),
     R("text", "vector-why-301-chars", why("w" * 301), EDITED, "vector.overrides.0.why"),
-    R("text", "runner-summary-newline", runner_summary(BREAKOUT_PY), EDITED, "runners.0.summary", file=RUNNERS,
-      kind="front"),
+    R(
+        "text",
+        "runner-summary-newline",
+        runner_summary(BREAKOUT_PY),
+        EDITED,
+        "runners.0.summary",
+        file=RUNNERS,
+        kind="front",
+    ),
     R("text", "runner-summary-nul", runner_summary("a\0b"), EDITED, "runners.0.summary", file=RUNNERS, kind="front"),
-    R("text", "runner-summary-301-chars", runner_summary("u" * 301), EDITED, "runners.0.summary", file=RUNNERS,
-      kind="front"),
+    R(
+        "text",
+        "runner-summary-301-chars",
+        runner_summary("u" * 301),
+        EDITED,
+        "runners.0.summary",
+        file=RUNNERS,
+        kind="front",
+    ),
 ]
 
 
@@ -334,6 +390,7 @@ def _crafted_oracle_dir(sb: Sandbox) -> None:
 
 def _oracle_file(name: str, how: str):
     """k3gen/oracles/NAME.py as a symlink (inside or outside the copy), FIFO or directory."""
+
     def change(sb: Sandbox) -> None:
         oracles = sb.proj / "k3gen" / "oracles"
         target = oracles / name
@@ -346,6 +403,7 @@ def _oracle_file(name: str, how: str):
             os.mkfifo(target)
         elif how == "dir":
             target.mkdir()
+
     return change
 
 
@@ -369,27 +427,45 @@ def _upper_oracle(sb: Sandbox) -> None:
 
 ORACLES = [
     # `k3gen.oracles.NAME`, NAME ^[a-z][a-z0-9_]*\Z, a regular file inside the project's package.
-    R("oracle", "statement-through-crafted-dirs",
-      both(_crafted_oracle_dir, oracle(CRAFTED_ORACLE)), EDITED, "oracle"),
+    R("oracle", "statement-through-crafted-dirs", both(_crafted_oracle_dir, oracle(CRAFTED_ORACLE)), EDITED, "oracle"),
     R("oracle", "proc-self-cwd", oracle("/proc/self/cwd/k3gen.oracles.situ_and_mul"), EDITED, "oracle", cwd="proj"),
     R("oracle", "trailing-newline", oracle("k3gen.oracles.situ_and_mul\n"), EDITED, "oracle"),
     R("oracle", "trailing-space", oracle("k3gen.oracles.situ_and_mul "), EDITED, "oracle"),
     R("oracle", "stdlib-module", oracle("os"), EDITED, "oracle"),
-    R("oracle", "nested-package", both(_nested_oracle, oracle("k3gen.oracles.sub.situ_and_mul")), EDITED,
-      "oracle"),
+    R("oracle", "nested-package", both(_nested_oracle, oracle("k3gen.oracles.sub.situ_and_mul")), EDITED, "oracle"),
     R("oracle", "upper-case-module", both(_upper_oracle, oracle("k3gen.oracles.Situ_and_mul")), EDITED, "oracle"),
     R("oracle", "dunder-init", oracle("k3gen.oracles.__init__"), EDITED, "oracle"),
     R("oracle", "empty-component", oracle("k3gen.oracles..situ_and_mul"), EDITED, "oracle"),
     R("oracle", "slashes", oracle("k3gen/oracles/situ_and_mul"), EDITED, "oracle"),
-    R("oracle", "symlink-inside-package", both(_oracle_file("evil.py", "symlink-inside"), oracle("k3gen.oracles.evil")),
-      EDITED, "oracle"),
-    R("oracle", "symlink-out-of-the-copy",
-      both(_oracle_file("evil.py", "symlink-outside"), oracle("k3gen.oracles.evil")), EDITED, "oracle"),
+    R(
+        "oracle",
+        "symlink-inside-package",
+        both(_oracle_file("evil.py", "symlink-inside"), oracle("k3gen.oracles.evil")),
+        EDITED,
+        "oracle",
+    ),
+    R(
+        "oracle",
+        "symlink-out-of-the-copy",
+        both(_oracle_file("evil.py", "symlink-outside"), oracle("k3gen.oracles.evil")),
+        EDITED,
+        "oracle",
+    ),
     R("oracle", "package-is-a-symlink-out", _oracle_package_symlinked, ORACLE[:7], "oracle"),
-    R("oracle", "fifo-never-read", both(_oracle_file("evil.py", "fifo"), oracle("k3gen.oracles.evil")), EDITED,
-      "oracle"),
-    R("oracle", "directory-not-file", both(_oracle_file("evil.py", "dir"), oracle("k3gen.oracles.evil")), EDITED,
-      "oracle"),
+    R(
+        "oracle",
+        "fifo-never-read",
+        both(_oracle_file("evil.py", "fifo"), oracle("k3gen.oracles.evil")),
+        EDITED,
+        "oracle",
+    ),
+    R(
+        "oracle",
+        "directory-not-file",
+        both(_oracle_file("evil.py", "dir"), oracle("k3gen.oracles.evil")),
+        EDITED,
+        "oracle",
+    ),
 ]
 
 EXPRS = [
@@ -425,29 +501,60 @@ EXPRS = [
     R("expr", "dims-exec-in-else", dims(m="x.shape[0] if 1 else exec('k3_pwned()')"), EDITED, "signature.dims.M"),
     R("expr", "dims-201-chars", dims(m="x.shape[0]" + " + 0" * 48), EDITED, "signature.dims.M", bound=True),
     R("expr", "dims-150-deep-unary", dims(m="-" * 150 + "x.shape[0]"), EDITED, "signature.dims.M", bound=True),
-    R("expr", "shape-dunder-import", x_shape("__import__('os').getpid() * 0 + 2 * D"), EDITED,
-      "signature.tensors.x.shape.1"),
+    R(
+        "expr",
+        "shape-dunder-import",
+        x_shape("__import__('os').getpid() * 0 + 2 * D"),
+        EDITED,
+        "signature.tensors.x.shape.1",
+    ),
     R("expr", "shape-unknown-name", x_shape("2 * Q"), EDITED, "signature.tensors.x.shape.1"),
     R("expr", "shape-builtin-call", x_shape("max(M, D)"), EDITED, "signature.tensors.x.shape.1"),
     R("expr", "shape-string-literal", x_shape("'2 * D'"), EDITED, "signature.tensors.x.shape.1"),
     R("expr", "shape-power", x_shape("2 ** D"), EDITED, "signature.tensors.x.shape.1"),
-    R("expr", "shape-by-case-dunder-import",
-      replace_line("ue8m0: {dtype: i32", f'          ue8m0: {{dtype: i32, shape: [M, {yq(DUNDER)}]}}', file=PTGQ),
-      EDITED, "signature.tensors.out_scale.by.scale_format.ue8m0.shape.1", file=PTGQ, kind="ptgq"),
-    R("expr", "shape-mod-by-zero",
-      replace_line('shape: [M, "K // group_size"]', '      shape: [M, "K % 0"]', file=PTGQ),
-      'shape: [M, "K % 0"]', "signature.tensors.out_scale.shape.1", file=PTGQ, kind="ptgq"),
-    R("expr", "select-dunder-import", select(DUNDER + " or linear_beta is not None"), EDITED,
-      "flags.has_linear_beta.select"),
+    R(
+        "expr",
+        "shape-by-case-dunder-import",
+        replace_line("ue8m0: {dtype: i32", f"          ue8m0: {{dtype: i32, shape: [M, {yq(DUNDER)}]}}", file=PTGQ),
+        EDITED,
+        "signature.tensors.out_scale.by.scale_format.ue8m0.shape.1",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "expr",
+        "shape-mod-by-zero",
+        replace_line('shape: [M, "K // group_size"]', '      shape: [M, "K % 0"]', file=PTGQ),
+        'shape: [M, "K % 0"]',
+        "signature.tensors.out_scale.shape.1",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "expr",
+        "select-dunder-import",
+        select(DUNDER + " or linear_beta is not None"),
+        EDITED,
+        "flags.has_linear_beta.select",
+    ),
     R("expr", "select-lambda", select("(lambda: True)()"), EDITED, "flags.has_linear_beta.select"),
-    R("expr", "select-comprehension", select("any([b for b in [linear_beta]])"), EDITED,
-      "flags.has_linear_beta.select"),
-    R("expr", "select-dunder-attribute", select("linear_beta.__class__ is not None"), EDITED,
-      "flags.has_linear_beta.select"),
+    R(
+        "expr",
+        "select-comprehension",
+        select("any([b for b in [linear_beta]])"),
+        EDITED,
+        "flags.has_linear_beta.select",
+    ),
+    R(
+        "expr",
+        "select-dunder-attribute",
+        select("linear_beta.__class__ is not None"),
+        EDITED,
+        "flags.has_linear_beta.select",
+    ),
     R("expr", "select-is-a-number", select("linear_beta is 3"), EDITED, "flags.has_linear_beta.select"),
     R("expr", "select-typo-name", select("linear_bet is not None"), EDITED, "flags.has_linear_beta.select"),
-    R("expr", "select-is-none-of-required-scalar", select("beta is not None"), EDITED,
-      "flags.has_linear_beta.select"),
+    R("expr", "select-is-none-of-required-scalar", select("beta is not None"), EDITED, "flags.has_linear_beta.select"),
     R("expr", "select-string-literal", select("'yes'"), EDITED, "flags.has_linear_beta.select"),
     R("expr", "select-f-string", select("f'{linear_beta}' != 'None'"), EDITED, "flags.has_linear_beta.select"),
     R("expr", "check-dunder-import", check0(DUNDER + " == 0"), EDITED, "gates.0.check"),
@@ -458,8 +565,14 @@ EXPRS = [
     R("expr", "check-attribute-chain", check0("x.stride0.real == 0"), EDITED, "gates.0.check"),
     R("expr", "check-builtin-call", check0("abs(D) % vec == 0"), EDITED, "gates.0.check"),
     R("expr", "check-201-chars", check0("D % vec == 0" + " and D > 0" * 20), EDITED, "gates.0.check", bound=True),
-    R("expr", "check-10k-deep-parens", check0("(" * 10_000 + "D" + ")" * 10_000 + " % vec == 0"), EDITED,
-      "gates.0.check", bound=True),
+    R(
+        "expr",
+        "check-10k-deep-parens",
+        check0("(" * 10_000 + "D" + ")" * 10_000 + " % vec == 0"),
+        EDITED,
+        "gates.0.check",
+        bound=True,
+    ),
     # 10^5 terms is ~200 KB: a file-size limit may answer first, at line 1.
     R("expr", "check-1e5-terms", check0("1" + "+1" * 100_000 + " > 0"), (EDITED, 1), None, bound=True),
 ]
@@ -470,49 +583,129 @@ NAMES = [
     R("name", "kernel-300-chars", replace_line("kernel: situ_and_mul", "kernel: " + A300), EDITED, "kernel"),
     R("name", "kernel-python-keyword", replace_line("kernel: situ_and_mul", "kernel: class"), EDITED, "kernel"),
     R("name", "kernel-runners", replace_line("kernel: situ_and_mul", "kernel: runners"), EDITED, "kernel"),
-    R("name", "kernel-trailing-newline", replace_line("kernel: situ_and_mul", 'kernel: "situ_and_mul\\n"'), EDITED,
-      "kernel"),
-    R("name", "template-trailing-newline", replace_line("template: situ_and_mul", 'template: "situ_and_mul\\n"'),
-      EDITED, "template"),
-    R("name", "template-path-traversal",
-      replace_line("template: situ_and_mul", 'template: "../templates/situ_and_mul"'),
-      EDITED, "template"),
-    R("name", "scalar-fake", sub("    beta: {type: f32}", "    fake: {type: f32}"), "fake: {type",
-      "signature.scalars.fake"),
-    R("name", "scalar-python-keyword", sub("    linear_beta: {type: f32, optional: true}",
-                                           "    linear_beta: {type: f32, optional: true}\n"
-                                           "    import: {type: f32, optional: true}"),
-      "import: {type", "signature.scalars.import"),
-    R("name", "constant-torch", sub("  rows_per_thread: 2", "  rows_per_thread: 2\n  torch: 3"), "torch: 3",
-      "constants.torch"),
-    R("name", "constant-cpp-keyword", sub("  rows_per_thread: 2", "  rows_per_thread: 2\n  auto: 3"), "auto: 3",
-      "constants.auto"),
-    R("name", "constant-trailing-newline", sub("  rows_per_thread: 2", '  "rows_per_thread\\n": 2'),
-      "rows_per_thread", "constants"),
+    R(
+        "name",
+        "kernel-trailing-newline",
+        replace_line("kernel: situ_and_mul", 'kernel: "situ_and_mul\\n"'),
+        EDITED,
+        "kernel",
+    ),
+    R(
+        "name",
+        "template-trailing-newline",
+        replace_line("template: situ_and_mul", 'template: "situ_and_mul\\n"'),
+        EDITED,
+        "template",
+    ),
+    R(
+        "name",
+        "template-path-traversal",
+        replace_line("template: situ_and_mul", 'template: "../templates/situ_and_mul"'),
+        EDITED,
+        "template",
+    ),
+    R(
+        "name",
+        "scalar-fake",
+        sub("    beta: {type: f32}", "    fake: {type: f32}"),
+        "fake: {type",
+        "signature.scalars.fake",
+    ),
+    R(
+        "name",
+        "scalar-python-keyword",
+        sub(
+            "    linear_beta: {type: f32, optional: true}",
+            "    linear_beta: {type: f32, optional: true}\n    import: {type: f32, optional: true}",
+        ),
+        "import: {type",
+        "signature.scalars.import",
+    ),
+    R(
+        "name",
+        "constant-torch",
+        sub("  rows_per_thread: 2", "  rows_per_thread: 2\n  torch: 3"),
+        "torch: 3",
+        "constants.torch",
+    ),
+    R(
+        "name",
+        "constant-cpp-keyword",
+        sub("  rows_per_thread: 2", "  rows_per_thread: 2\n  auto: 3"),
+        "auto: 3",
+        "constants.auto",
+    ),
+    R(
+        "name",
+        "constant-trailing-newline",
+        sub("  rows_per_thread: 2", '  "rows_per_thread\\n": 2'),
+        "rows_per_thread",
+        "constants",
+    ),
     R("name", "dim-vec", dims(extra=', vec: "x.shape[0]"'), EDITED, "signature.dims.vec"),
     R("name", "dim-cpp-keyword", dims(extra=', new: "x.shape[0]"'), EDITED, "signature.dims.new"),
-    R("name", "tensor-cpp-int", sub("    out: {dtype: out, shape: [M, D], output: true}",
-                                    "    out: {dtype: out, shape: [M, D], output: true}\n"
-                                    "    int: {dtype: fp32, shape: [M], optional: true}"),
-      "int: {dtype", "signature.tensors.int"),
-    R("name", "tensor-cpp-template", sub("    out: {dtype: out, shape: [M, D], output: true}",
-                                         "    out: {dtype: out, shape: [M, D], output: true}\n"
-                                         "    template: {dtype: fp32, shape: [M], optional: true}"),
-      "template: {dtype", "signature.tensors.template"),
-    R("name", "tensor-300-chars", sub("    out: {dtype: out, shape: [M, D], output: true}",
-                                      "    out: {dtype: out, shape: [M, D], output: true}\n"
-                                      f"    {A300}: {{dtype: fp32, shape: [M], optional: true}}"),
-      A300, "signature.tensors"),
-    R("name", "flag-python-keyword", sub("  pdl: {archs: [sm_90a, sm_100a]}",
-                                         "  pdl: {archs: [sm_90a, sm_100a]}\n  lambda: {kwarg: true}"),
-      "lambda: {kwarg", "flags.lambda"),
-    R("name", "axis-trailing-newline", sub("    in: [bf16, fp16, fp32]", '    "in\\n": [bf16, fp16, fp32]'),
-      '"in\\n"', "dtypes.axes"),
-    R("name", "test-case-trailing-newline", sub("cases: [empty, nan, no_linear_beta, out_given]",
-                                                'cases: [empty, nan, no_linear_beta, "out_given\\n"]'),
-      EDITED, "tests.cases.3"),
-    R("name", "param-cpp-keyword", sub(GROUP_SIZE, GROUP_SIZE + "\n  switch: {values: [1, 2], default: 1}", file=PTGQ),
-      "switch: {values", "params.switch", file=PTGQ, kind="ptgq"),
+    R(
+        "name",
+        "tensor-cpp-int",
+        sub(
+            "    out: {dtype: out, shape: [M, D], output: true}",
+            "    out: {dtype: out, shape: [M, D], output: true}\n    int: {dtype: fp32, shape: [M], optional: true}",
+        ),
+        "int: {dtype",
+        "signature.tensors.int",
+    ),
+    R(
+        "name",
+        "tensor-cpp-template",
+        sub(
+            "    out: {dtype: out, shape: [M, D], output: true}",
+            "    out: {dtype: out, shape: [M, D], output: true}\n"
+            "    template: {dtype: fp32, shape: [M], optional: true}",
+        ),
+        "template: {dtype",
+        "signature.tensors.template",
+    ),
+    R(
+        "name",
+        "tensor-300-chars",
+        sub(
+            "    out: {dtype: out, shape: [M, D], output: true}",
+            "    out: {dtype: out, shape: [M, D], output: true}\n"
+            f"    {A300}: {{dtype: fp32, shape: [M], optional: true}}",
+        ),
+        A300,
+        "signature.tensors",
+    ),
+    R(
+        "name",
+        "flag-python-keyword",
+        sub("  pdl: {archs: [sm_90a, sm_100a]}", "  pdl: {archs: [sm_90a, sm_100a]}\n  lambda: {kwarg: true}"),
+        "lambda: {kwarg",
+        "flags.lambda",
+    ),
+    R(
+        "name",
+        "axis-trailing-newline",
+        sub("    in: [bf16, fp16, fp32]", '    "in\\n": [bf16, fp16, fp32]'),
+        '"in\\n"',
+        "dtypes.axes",
+    ),
+    R(
+        "name",
+        "test-case-trailing-newline",
+        sub("cases: [empty, nan, no_linear_beta, out_given]", 'cases: [empty, nan, no_linear_beta, "out_given\\n"]'),
+        EDITED,
+        "tests.cases.3",
+    ),
+    R(
+        "name",
+        "param-cpp-keyword",
+        sub(GROUP_SIZE, GROUP_SIZE + "\n  switch: {values: [1, 2], default: 1}", file=PTGQ),
+        "switch: {values",
+        "params.switch",
+        file=PTGQ,
+        kind="ptgq",
+    ),
 ]
 
 NUMBERS = [
@@ -523,55 +716,171 @@ NUMBERS = [
     R("number", "constant-float-overflows-to-inf", constant("1.0e+400"), EDITED, "constants.block_threads"),
     R("number", "constant-beyond-float32", constant("1.0e+39"), EDITED, "constants.block_threads"),
     R("number", "constant-2-pow-40", constant(str(2**40)), EDITED, "constants.block_threads"),
-    R("number", "constant-minus-2-pow-40", constant(str(-2**40)), EDITED, "constants.block_threads"),
+    R("number", "constant-minus-2-pow-40", constant(str(-(2**40))), EDITED, "constants.block_threads"),
     R("number", "constant-2-pow-31", constant(str(2**31)), EDITED, "constants.block_threads"),
     R("number", "constant-5000-digits", constant("9" * 5000), EDITED, "constants.block_threads"),
-    R("number", "scalar-default-inf", sub("    linear_beta: {type: f32, optional: true}",
-                                          "    linear_beta: {type: f32, optional: true, default: .inf}"),
-      EDITED, "signature.scalars.linear_beta"),
-    R("number", "scalar-default-nan", sub("    linear_beta: {type: f32, optional: true}",
-                                          "    linear_beta: {type: f32, optional: true, default: .nan}"),
-      EDITED, "signature.scalars.linear_beta"),
-    R("number", "i32-scalar-default-2-pow-40", sub("    linear_beta: {type: f32, optional: true}",
-                                                   "    linear_beta: {type: f32, optional: true}\n"
-                                                   f"    count: {{type: i32, optional: true, default: {2**40}}}"),
-      "count: {type", "signature.scalars.count"),
-    R("number", "param-value-2-pow-32", group_size_values([32, 64, 128, 2**32]), EDITED,
-      "params.group_size.values.3", file=PTGQ, kind="ptgq"),
-    R("number", "param-value-below-int32", group_size_values([32, 64, 128, -2**31 - 1]), EDITED,
-      "params.group_size.values.3", file=PTGQ, kind="ptgq"),
+    R(
+        "number",
+        "scalar-default-inf",
+        sub(
+            "    linear_beta: {type: f32, optional: true}",
+            "    linear_beta: {type: f32, optional: true, default: .inf}",
+        ),
+        EDITED,
+        "signature.scalars.linear_beta",
+    ),
+    R(
+        "number",
+        "scalar-default-nan",
+        sub(
+            "    linear_beta: {type: f32, optional: true}",
+            "    linear_beta: {type: f32, optional: true, default: .nan}",
+        ),
+        EDITED,
+        "signature.scalars.linear_beta",
+    ),
+    R(
+        "number",
+        "i32-scalar-default-2-pow-40",
+        sub(
+            "    linear_beta: {type: f32, optional: true}",
+            "    linear_beta: {type: f32, optional: true}\n"
+            f"    count: {{type: i32, optional: true, default: {2**40}}}",
+        ),
+        "count: {type",
+        "signature.scalars.count",
+    ),
+    R(
+        "number",
+        "param-value-2-pow-32",
+        group_size_values([32, 64, 128, 2**32]),
+        EDITED,
+        "params.group_size.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "number",
+        "param-value-below-int32",
+        group_size_values([32, 64, 128, -(2**31) - 1]),
+        EDITED,
+        "params.group_size.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
 ]
 
 PARAMS = [
     # String param values are identifiers: they become C++ enum names and file names.
     # From generated/k3kernels/csrc/FAMILY/NAME_x, six `..` reach the sandbox (the sibling), seven its parent.
-    R("param", "value-path-traversal", scale_format_values(yq("x" + "/.." * 6 + "/sibling/K3_ESCAPED")),
-      EDITED, "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
-    R("param", "value-path-to-temp-parent", scale_format_values(yq("x" + "/.." * 7 + "/K3_ESCAPED")),
-      EDITED, "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
-    R("param", "value-cpp-directive", scale_format_values(yq("x\n#error k3_pwned")), EDITED,
-      "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
-    R("param", "value-cpp-include-secret", scale_format_values(yq('x\n#include "@OUT@/secret.txt"')),
-      EDITED, "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
-    R("param", "value-python-quote-breakout", scale_format_values(yq("a') or __import__('os').system('x') or ('")),
-      EDITED, "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
-    R("param", "value-upper-case", scale_format_values("UE8M0"), EDITED,
-      "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
-    R("param", "value-unicode", scale_format_values(yq("ue8m0\u00e9")), EDITED,
-      "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
-    R("param", "value-trailing-newline", scale_format_values(yq("ue8m1\n")), EDITED,
-      "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
-    R("param", "value-semicolon", scale_format_values(yq("1; k3_pwned()")), EDITED,
-      "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
-    R("param", "value-dot-dot", scale_format_values(yq("..")), EDITED,
-      "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
-    R("param", "value-absolute-path", scale_format_values(yq("/tmp/K3_ESCAPED")), EDITED,
-      "params.scale_format.values.3", file=PTGQ, kind="ptgq"),
+    R(
+        "param",
+        "value-path-traversal",
+        scale_format_values(yq("x" + "/.." * 6 + "/sibling/K3_ESCAPED")),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "param",
+        "value-path-to-temp-parent",
+        scale_format_values(yq("x" + "/.." * 7 + "/K3_ESCAPED")),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "param",
+        "value-cpp-directive",
+        scale_format_values(yq("x\n#error k3_pwned")),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "param",
+        "value-cpp-include-secret",
+        scale_format_values(yq('x\n#include "@OUT@/secret.txt"')),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "param",
+        "value-python-quote-breakout",
+        scale_format_values(yq("a') or __import__('os').system('x') or ('")),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "param",
+        "value-upper-case",
+        scale_format_values("UE8M0"),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "param",
+        "value-unicode",
+        scale_format_values(yq("ue8m0\u00e9")),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "param",
+        "value-trailing-newline",
+        scale_format_values(yq("ue8m1\n")),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "param",
+        "value-semicolon",
+        scale_format_values(yq("1; k3_pwned()")),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "param",
+        "value-dot-dot",
+        scale_format_values(yq("..")),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
+    R(
+        "param",
+        "value-absolute-path",
+        scale_format_values(yq("/tmp/K3_ESCAPED")),
+        EDITED,
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
 ]
 
-ALIAS_BOMB = "\n".join(
-    ["x_bomb:", '  a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    + [f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]) + "\n"
+ALIAS_BOMB = (
+    "\n".join(
+        ["x_bomb:", '  a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+        + [f"  a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    )
+    + "\n"
+)
 TWENTY_FLAGS = "".join(f"\n  f{i:02d}: {{kwarg: true}}" for i in range(20))
 NINE_AXES = "\n".join(f"    a{i}: [bf16, fp16, fp32, fp8, i32]" for i in range(9))
 NINE_TENSORS = "\n".join(f"    t{i}: {{dtype: a{i}, shape: [M]}}" for i in range(9))
@@ -584,56 +893,134 @@ def _nine_axes(sb: Sandbox) -> None:
     text = text[:start] + "dtypes:\n  axes:\n" + NINE_AXES + "\n" + text[stop:]
     text = re.sub(r"fast_math:\n  when: \{\w+: \[bf16, fp16\]\}", "fast_math:\n  when: {a0: [bf16, fp16]}", text)
     start, stop = text.index("  tensors:\n"), text.index("  scalars:\n")
-    text = text[:start] + "  tensors:\n    x: {dtype: fp32, shape: [M, \"2 * D\"], layout: rows}\n" \
+    text = (
+        text[:start] + '  tensors:\n    x: {dtype: fp32, shape: [M, "2 * D"], layout: rows}\n'
         "    out: {dtype: fp32, shape: [M, D], output: true}\n" + NINE_TENSORS + "\n" + text[stop:]
+    )
     sb.spec(SAM).write_text(text)
 
 
 BOUNDS = [
     # Unbounded work: answered within 2 s, exit 2, file:line, and (for limits) the constant's name.
     R("bound", "alias-bomb-1kb", append(ALIAS_BOMB), ANY, None),
-    R("bound", "anchor-and-alias", both(sub("cuda: [sm_90a, sm_100a]", "cuda: &archs [sm_90a, sm_100a]"),
-                                        sub("pdl: {archs: [sm_90a, sm_100a]}", "pdl: {archs: *archs}")),
-      ("&archs", "*archs"), None),
-    R("bound", "merge-key", both(sub(X_TENSOR, "x: &t " + X_TENSOR[3:]),
-                                 sub("out: {dtype: out, shape: [M, D], output: true}",
-                                     "out: {<<: *t, dtype: out, shape: [M, D], output: true}")),
-      ("&t", "<<: *t"), None),
+    R(
+        "bound",
+        "anchor-and-alias",
+        both(
+            sub("cuda: [sm_90a, sm_100a]", "cuda: &archs [sm_90a, sm_100a]"),
+            sub("pdl: {archs: [sm_90a, sm_100a]}", "pdl: {archs: *archs}"),
+        ),
+        ("&archs", "*archs"),
+        None,
+    ),
+    R(
+        "bound",
+        "merge-key",
+        both(
+            sub(X_TENSOR, "x: &t " + X_TENSOR[3:]),
+            sub(
+                "out: {dtype: out, shape: [M, D], output: true}",
+                "out: {<<: *t, dtype: out, shape: [M, D], output: true}",
+            ),
+        ),
+        ("&t", "<<: *t"),
+        None,
+    ),
     R("bound", "twenty-call-flags", sub("flags:", "flags:" + TWENTY_FLAGS), ANY, None, bound=True),
     R("bound", "nine-dtype-axes", _nine_axes, ANY, None, bound=True),
-    R("bound", "param-1e5-values", group_size_values(list(range(1, 100_001))), ANY, None, file=PTGQ, kind="ptgq",
-      bound=True),
-    R("bound", "param-17-values-overflow-key-field", group_size_values([2**i for i in range(17)]),
-      EDITED, "params.group_size", file=PTGQ, kind="ptgq", bound=True),
-    R("bound", "six-params-of-16-values",
-      sub(GROUP_SIZE, GROUP_SIZE + "".join(f"\n  p{i}: {{values: {list(range(16))}, default: 0}}" for i in range(6)),
-          file=PTGQ), ANY, None, file=PTGQ, kind="ptgq", bound=True),
-    R("bound", "list-nested-10k-deep",
-      sub("cases: [empty, nan, no_linear_beta, out_given]", "cases: " + "[" * 10_000 + "]" * 10_000),
-      ANY, None, bound=True),
-    R("bound", "mapping-nested-5k-deep", append("x_deep: " + "{a: " * 5_000 + "1" + "}" * 5_000 + "\n"), ANY, None,
-      bound=True),
+    R(
+        "bound",
+        "param-1e5-values",
+        group_size_values(list(range(1, 100_001))),
+        ANY,
+        None,
+        file=PTGQ,
+        kind="ptgq",
+        bound=True,
+    ),
+    R(
+        "bound",
+        "param-17-values-overflow-key-field",
+        group_size_values([2**i for i in range(17)]),
+        EDITED,
+        "params.group_size",
+        file=PTGQ,
+        kind="ptgq",
+        bound=True,
+    ),
+    R(
+        "bound",
+        "six-params-of-16-values",
+        sub(
+            GROUP_SIZE,
+            GROUP_SIZE + "".join(f"\n  p{i}: {{values: {list(range(16))}, default: 0}}" for i in range(6)),
+            file=PTGQ,
+        ),
+        ANY,
+        None,
+        file=PTGQ,
+        kind="ptgq",
+        bound=True,
+    ),
+    R(
+        "bound",
+        "list-nested-10k-deep",
+        sub("cases: [empty, nan, no_linear_beta, out_given]", "cases: " + "[" * 10_000 + "]" * 10_000),
+        ANY,
+        None,
+        bound=True,
+    ),
+    R(
+        "bound",
+        "mapping-nested-5k-deep",
+        append("x_deep: " + "{a: " * 5_000 + "1" + "}" * 5_000 + "\n"),
+        ANY,
+        None,
+        bound=True,
+    ),
     R("bound", "spec-10mb-one-comment", append("# " + "x" * 10_000_000 + "\n"), ANY, None, bound=True),
     R("bound", "spec-10mb-many-lines", append(("# padding\n") * 1_000_000), ANY, None, bound=True),
-    R("bound", "tests-dims-1e4-sizes",
-      sub("dims: {M: [1, 7, 128, 4096]", "dims: {M: " + json.dumps(list(range(1, 10_001)))),
-      ANY, None, bound=True),
-    R("bound", "tests-dims-100x100-product",
-      sub("dims: {M: [1, 7, 128, 4096], D: [256, 2048, 3584]}",
-          f"dims: {{M: {list(range(1, 101))}, D: {[256 * i for i in range(1, 101)]}}}"),
-      "  dims: {M: [1, 2, 3", "tests.dims", bound=True),
+    R(
+        "bound",
+        "tests-dims-1e4-sizes",
+        sub("dims: {M: [1, 7, 128, 4096]", "dims: {M: " + json.dumps(list(range(1, 10_001)))),
+        ANY,
+        None,
+        bound=True,
+    ),
+    R(
+        "bound",
+        "tests-dims-100x100-product",
+        sub(
+            "dims: {M: [1, 7, 128, 4096], D: [256, 2048, 3584]}",
+            f"dims: {{M: {list(range(1, 101))}, D: {[256 * i for i in range(1, 101)]}}}",
+        ),
+        "  dims: {M: [1, 2, 3",
+        "tests.dims",
+        bound=True,
+    ),
 ]
 
 ENCODING = [
     # Bytes and YAML features that used to crash with a traceback.
-    R("yaml", "non-utf8-bytes", raw_bytes(b"summary: \"out", b"summary: \"\xff\xfeout"), 3, None),
-    R("yaml", "utf8-encoded-surrogate", raw_bytes(b"summary: \"out", b"summary: \"\xed\xa0\x80out"), 3, None),
-    R("yaml", "latin1-text", raw_bytes(b"vector loads and stores", b"vector loads and stor\xe9s"),
-      "vector loads and stor", None),
-    R("yaml", "raw-nul-byte", raw_bytes(b"summary: \"out", b"summary: \"\x00out"), 3, None),
+    R("yaml", "non-utf8-bytes", raw_bytes(b'summary: "out', b'summary: "\xff\xfeout'), 3, None),
+    R("yaml", "utf8-encoded-surrogate", raw_bytes(b'summary: "out', b'summary: "\xed\xa0\x80out'), 3, None),
+    R(
+        "yaml",
+        "latin1-text",
+        raw_bytes(b"vector loads and stores", b"vector loads and stor\xe9s"),
+        "vector loads and stor",
+        None,
+    ),
+    R("yaml", "raw-nul-byte", raw_bytes(b'summary: "out', b'summary: "\x00out'), 3, None),
     R("yaml", "utf16-file", lambda sb: sb.spec(SAM).write_bytes(sb.spec(SAM).read_text().encode("utf-16")), 1, None),
-    R("yaml", "tag-python-object-apply",
-      constant('!!python/object/apply:os.system ["touch @MARK@"]'), EDITED, "constants.block_threads"),
+    R(
+        "yaml",
+        "tag-python-object-apply",
+        constant('!!python/object/apply:os.system ["touch @MARK@"]'),
+        EDITED,
+        "constants.block_threads",
+    ),
     R("yaml", "tag-python-name", replace_line(SUMMARY, "summary: !!python/name:os.system"), EDITED, "summary"),
     R("yaml", "tag-python-module", replace_line(SUMMARY, "summary: !!python/module:os"), EDITED, "summary"),
     R("yaml", "tag-local", replace_line(SUMMARY, 'summary: !k3 "x"'), EDITED, "summary"),
@@ -645,24 +1032,78 @@ RT = "route_topk.yaml"
 ROUTING = [
     # The routing fields (issue 15) and the build budget (issue 11) are closed vocabularies and
     # numbers: no string of theirs reaches generated code, so a payload is refused where it stands.
-    R("routing", "tie-order-rule-payload", sub("tie_order: lowest_id", "tie_order: \"lowest_id'); import os  #\"",
-                                                file=RT), EDITED, "tie_order", file=RT, kind="front"),
-    R("routing", "tie-order-lane-rank-string",
-      sub("tie_order: lowest_id", "tie_order: {cuda: lowest_id, hip: {rule: wave64_lane_table, experts_per_group: 4, "
-                                  "lane_rank: [\"56); k3_pwned(\", 1]}}", file=RT), EDITED, "tie_order", file=RT,
-      kind="front"),
-    R("routing", "tie-order-group-size-path",
-      sub("tie_order: lowest_id", "tie_order: {cuda: lowest_id, hip: {rule: wave64_lane_table, "
-                                  "experts_per_group: ../../etc, lane_rank: []}}", file=RT), EDITED, "tie_order",
-      file=RT, kind="front"),
-    R("routing", "sigmoid-payload", append("sigmoid: {cuda: \"expf(x)); k3_pwned(\", hip: exp2}\n", file=RT),
-      EDITED, "sigmoid", file=RT, kind="front"),
-    R("routing", "budget-units-string", append("budget: {units_per_arch: \"1 or __import__('os')\"}\n", file=RT),
-      EDITED, "budget", file=RT, kind="front"),
-    R("routing", "budget-bytes-overflow", append("budget: {bytes_per_arch: 1.0e+400}\n", file=RT),
-      EDITED, "budget", file=RT, kind="front"),
-    R("routing", "budget-unknown-key", append("budget: {units_per_arch: 4, run: \"rm -rf /\"}\n", file=RT),
-      EDITED, "budget", file=RT, kind="front"),
+    R(
+        "routing",
+        "tie-order-rule-payload",
+        sub("tie_order: lowest_id", 'tie_order: "lowest_id\'); import os  #"', file=RT),
+        EDITED,
+        "tie_order",
+        file=RT,
+        kind="front",
+    ),
+    R(
+        "routing",
+        "tie-order-lane-rank-string",
+        sub(
+            "tie_order: lowest_id",
+            "tie_order: {cuda: lowest_id, hip: {rule: wave64_lane_table, experts_per_group: 4, "
+            'lane_rank: ["56); k3_pwned(", 1]}}',
+            file=RT,
+        ),
+        EDITED,
+        "tie_order",
+        file=RT,
+        kind="front",
+    ),
+    R(
+        "routing",
+        "tie-order-group-size-path",
+        sub(
+            "tie_order: lowest_id",
+            "tie_order: {cuda: lowest_id, hip: {rule: wave64_lane_table, experts_per_group: ../../etc, lane_rank: []}}",
+            file=RT,
+        ),
+        EDITED,
+        "tie_order",
+        file=RT,
+        kind="front",
+    ),
+    R(
+        "routing",
+        "sigmoid-payload",
+        append('sigmoid: {cuda: "expf(x)); k3_pwned(", hip: exp2}\n', file=RT),
+        EDITED,
+        "sigmoid",
+        file=RT,
+        kind="front",
+    ),
+    R(
+        "routing",
+        "budget-units-string",
+        append("budget: {units_per_arch: \"1 or __import__('os')\"}\n", file=RT),
+        EDITED,
+        "budget",
+        file=RT,
+        kind="front",
+    ),
+    R(
+        "routing",
+        "budget-bytes-overflow",
+        append("budget: {bytes_per_arch: 1.0e+400}\n", file=RT),
+        EDITED,
+        "budget",
+        file=RT,
+        kind="front",
+    ),
+    R(
+        "routing",
+        "budget-unknown-key",
+        append('budget: {units_per_arch: 4, run: "rm -rf /"}\n', file=RT),
+        EDITED,
+        "budget",
+        file=RT,
+        kind="front",
+    ),
 ]
 REFUSED = TEXT + ORACLES + EXPRS + NAMES + NUMBERS + PARAMS + BOUNDS + ENCODING + ROUTING
 
@@ -687,14 +1128,14 @@ def expected_lines(case: Refused, sb: Sandbox) -> set[int] | None:
     return lines
 
 
-def assert_located(run: Run, file: str, lines: set[int] | None, field_path: str | None, bound: bool = False,
-                   prefix: str = "") -> None:
+def assert_located(
+    run: Run, file: str, lines: set[int] | None, field_path: str | None, bound: bool = False, prefix: str = ""
+) -> None:
     """exit 2, an error at FILE:LINE naming the field (and a limit's constant), no traceback."""
     assert run.code == 2, f"expected a refusal (exit 2)\n{run}"
     assert "Traceback" not in run.text, f"a traceback, not a spec error\n{run}"
     where = re.escape(f"specs/{file}") + r":(\d+)\b"
-    hits = [(int(m.group(1)), line) for line in run.err.splitlines()
-            for m in [re.search(prefix + where, line)] if m]
+    hits = [(int(m.group(1)), line) for line in run.err.splitlines() for m in [re.search(prefix + where, line)] if m]
     assert hits, f"no error located in specs/{file}\n{run}"
     if lines is not None:
         hits = [(n, line) for n, line in hits if n in lines]
@@ -750,14 +1191,15 @@ def test_bad_spec_file_name_is_refused_at_line_1(name: str, sandbox):
     (sb.proj / "specs" / SAM).rename(sb.proj / "specs" / name)
     sb.arm()
     before = tree_state(sb.proj, skip=sb.proj / ".git")
-    stem = name[:-len(".yaml")]
+    stem = name[: -len(".yaml")]
     fragment = max(re.findall(r"[a-z]{3,}", stem), key=len)[:20]  # a printable piece of the name
     for command in SPEC_COMMANDS:
         run = k3gen(sb, command)
         assert run.code == 2, f"`k3gen {command}`: expected exit 2\n{run}"
         assert "Traceback" not in run.text, str(run)
-        located = [line for line in run.err.splitlines() if "specs/" in line and re.search(r":1\b", line)
-                   and fragment in line]
+        located = [
+            line for line in run.err.splitlines() if "specs/" in line and re.search(r":1\b", line) and fragment in line
+        ]
         assert located, f"`k3gen {command}`: no error at the file, line 1\n{run}"
         # A name with control characters is escaped: neither it nor they reach the terminal raw.
         if not name.isprintable():
@@ -805,27 +1247,48 @@ class AllErrors:
 
 
 ALL_ERRORS = [
-    AllErrors("bad-arch-and-exclusion-naming-a-missing-axis",
-              both(replace_line("cuda: [sm_90a, sm_100a]", "  cuda: [sm_90a, sm_99a]"),
-                   replace_line(EXCL0, '    - {in: bf16, out: fp16, inp: bf16, reason: "r"}')),
-              (("cuda: [sm_90a, sm_99a]", "targets.cuda.1"), ("inp: bf16", "dtypes.exclude.0"))),
-    AllErrors("bad-arch-and-gate-naming-an-unknown-name",
-              both(replace_line("cuda: [sm_90a, sm_100a]", "  cuda: [sm_90a, sm_99a]"), check0("D % vecc == 0")),
-              (("cuda: [sm_90a, sm_99a]", "targets.cuda.1"), ('check: "D % vecc', "gates.0.check"))),
-    AllErrors("two-bad-exclusions",
-              both(replace_line(EXCL0, '    - {in: bf16, out: fp8, reason: "r"}'),
-                   replace_line("{in: fp16, out: bf16, reason", '    - {in: fp16, out: fp8, reason: "r"}')),
-              (("{in: bf16, out: fp8", "dtypes.exclude.0"), ("{in: fp16, out: fp8", "dtypes.exclude.2"))),
-    AllErrors("bad-dtype-and-flag-arch-not-a-target",
-              both(sub("in: [bf16, fp16, fp32]", "in: [bf61, fp16, fp32]"),
-                   sub("pdl: {archs: [sm_90a, sm_100a]}", "pdl: {archs: [sm_90a, gfx90a]}")),
-              (("in: [bf61", "dtypes.axes.in.0"), ("gfx90a", "flags.pdl.archs.1"))),
-    AllErrors("newline-summary-and-injected-oracle",
-              both(summary(BREAKOUT_PY), oracle("os; open('K3_MARKER', 'w')")),
-              ((SUMMARY, "summary"), ("oracle:", "oracle"))),
-    AllErrors("two-bad-gates", both(check0("D % vecc == 0"), sub('check: "x.ptr % 16 == 0 and out.ptr % 16 == 0"',
-                                                                 'check: "abs(x.ptr) % 16 == 0"')),
-              (("- check: \"D % vecc", "gates.0.check"), ("abs(x.ptr)", "gates.2.check"))),
+    AllErrors(
+        "bad-arch-and-exclusion-naming-a-missing-axis",
+        both(
+            replace_line("cuda: [sm_90a, sm_100a]", "  cuda: [sm_90a, sm_99a]"),
+            replace_line(EXCL0, '    - {in: bf16, out: fp16, inp: bf16, reason: "r"}'),
+        ),
+        (("cuda: [sm_90a, sm_99a]", "targets.cuda.1"), ("inp: bf16", "dtypes.exclude.0")),
+    ),
+    AllErrors(
+        "bad-arch-and-gate-naming-an-unknown-name",
+        both(replace_line("cuda: [sm_90a, sm_100a]", "  cuda: [sm_90a, sm_99a]"), check0("D % vecc == 0")),
+        (("cuda: [sm_90a, sm_99a]", "targets.cuda.1"), ('check: "D % vecc', "gates.0.check")),
+    ),
+    AllErrors(
+        "two-bad-exclusions",
+        both(
+            replace_line(EXCL0, '    - {in: bf16, out: fp8, reason: "r"}'),
+            replace_line("{in: fp16, out: bf16, reason", '    - {in: fp16, out: fp8, reason: "r"}'),
+        ),
+        (("{in: bf16, out: fp8", "dtypes.exclude.0"), ("{in: fp16, out: fp8", "dtypes.exclude.2")),
+    ),
+    AllErrors(
+        "bad-dtype-and-flag-arch-not-a-target",
+        both(
+            sub("in: [bf16, fp16, fp32]", "in: [bf61, fp16, fp32]"),
+            sub("pdl: {archs: [sm_90a, sm_100a]}", "pdl: {archs: [sm_90a, gfx90a]}"),
+        ),
+        (("in: [bf61", "dtypes.axes.in.0"), ("gfx90a", "flags.pdl.archs.1")),
+    ),
+    AllErrors(
+        "newline-summary-and-injected-oracle",
+        both(summary(BREAKOUT_PY), oracle("os; open('K3_MARKER', 'w')")),
+        ((SUMMARY, "summary"), ("oracle:", "oracle")),
+    ),
+    AllErrors(
+        "two-bad-gates",
+        both(
+            check0("D % vecc == 0"),
+            sub('check: "x.ptr % 16 == 0 and out.ptr % 16 == 0"', 'check: "abs(x.ptr) % 16 == 0"'),
+        ),
+        (('- check: "D % vecc', "gates.0.check"), ("abs(x.ptr)", "gates.2.check")),
+    ),
 ]
 
 
@@ -851,8 +1314,15 @@ DIFF_AT_REV = [
     R("diff-rev", "summary-docstring-breakout", summary(BREAKOUT_PY), EDITED, "summary"),
     R("diff-rev", "oracle-statement-through-crafted-dirs", ORACLES[0].change, ORACLE[:7], "oracle"),
     R("diff-rev", "alias-bomb", append(ALIAS_BOMB), ANY, None),
-    R("diff-rev", "param-path-traversal", PARAMS[0].change, "scale_format: {values", "params.scale_format.values.3",
-      file=PTGQ, kind="ptgq"),
+    R(
+        "diff-rev",
+        "param-path-traversal",
+        PARAMS[0].change,
+        "scale_format: {values",
+        "params.scale_format.values.3",
+        file=PTGQ,
+        kind="ptgq",
+    ),
 ]
 
 
@@ -893,25 +1363,51 @@ UNICODE = "\u00fcn\u00efc\u00f8d\u00e9 \u2014 \u201cq\u201d \u2713 \u6f22\u5b57 
 ESCAPED = [
     Escaped("summary-triple-quote-statement", summary(TRIPLE), TRIPLE, "docstring"),
     Escaped("summary-single-triple-quotes", summary("'''; k3_pwned() #"), "'''; k3_pwned() #", "docstring"),
-    Escaped("summary-trailing-backslash", summary("ends with a backslash \\"), "ends with a backslash \\",
-            "docstring"),
-    Escaped("summary-backslash-sequences", summary(r"\n \t \x00 \u2028 \N{BULLET} \\ \""),
-            r"\n \t \x00 \u2028 \N{BULLET} \\ \"", "docstring"),
-    Escaped("summary-comment-closers", summary("*/ /* */ --> <!-- # k3_pwned() */"),
-            "*/ /* */ --> <!-- # k3_pwned() */", "docstring"),
-    Escaped("summary-jinja-syntax", summary("{{ 7*7 }} {% raw %} {# x #} ${{ k3_pwned }}"),
-            "{{ 7*7 }} {% raw %} {# x #} ${{ k3_pwned }}", "docstring"),
+    Escaped("summary-trailing-backslash", summary("ends with a backslash \\"), "ends with a backslash \\", "docstring"),
+    Escaped(
+        "summary-backslash-sequences",
+        summary(r"\n \t \x00 \u2028 \N{BULLET} \\ \""),
+        r"\n \t \x00 \u2028 \N{BULLET} \\ \"",
+        "docstring",
+    ),
+    Escaped(
+        "summary-comment-closers",
+        summary("*/ /* */ --> <!-- # k3_pwned() */"),
+        "*/ /* */ --> <!-- # k3_pwned() */",
+        "docstring",
+    ),
+    Escaped(
+        "summary-jinja-syntax",
+        summary("{{ 7*7 }} {% raw %} {# x #} ${{ k3_pwned }}"),
+        "{{ 7*7 }} {% raw %} {# x #} ${{ k3_pwned }}",
+        "docstring",
+    ),
     Escaped("summary-unicode", summary(UNICODE), UNICODE, "docstring"),
     Escaped("summary-300-chars", summary('"\\' * 150), '"\\' * 150, "docstring"),
-    Escaped("gate-reason-c-and-python-breakout", gate0_reason('x"); k3_pwned(); // */ \\" \\'),
-            'x"); k3_pwned(); // */ \\" \\', "string", in_cpp=True),
+    Escaped(
+        "gate-reason-c-and-python-breakout",
+        gate0_reason('x"); k3_pwned(); // */ \\" \\'),
+        'x"); k3_pwned(); // */ \\" \\',
+        "string",
+        in_cpp=True,
+    ),
     Escaped("exclusion-reason-quotes", exclusion(0, "'\"; k3_pwned() # \\"), "'\"; k3_pwned() # \\", "string"),
     Escaped("fast-math-note-comment-closer", note('*/ k3_pwned(); /* """ \\'), '*/ k3_pwned(); /* """ \\', "none"),
     Escaped("vector-why-directive", why('*/ #include "x" """ k3_pwned'), '*/ #include "x" """ k3_pwned', "none"),
-    Escaped("runner-summary-quotes", runner_summary('x"), k3_pwned(), ("\\'), 'x"), k3_pwned(), ("\\', "string",
-            kind="front", module="k3kernels/runners.py"),
-    Escaped("constants-at-int32-limits", sub("  rows_per_thread: 2", f"  rows_per_thread: 2\n  big: {2**31 - 1}\n"
-                                                                     f"  small: {-2**31}"), "", "none"),
+    Escaped(
+        "runner-summary-quotes",
+        runner_summary('x"), k3_pwned(), ("\\'),
+        'x"), k3_pwned(), ("\\',
+        "string",
+        kind="front",
+        module="k3kernels/runners.py",
+    ),
+    Escaped(
+        "constants-at-int32-limits",
+        sub("  rows_per_thread: 2", f"  rows_per_thread: 2\n  big: {2**31 - 1}\n  small: {-(2**31)}"),
+        "",
+        "none",
+    ),
     Escaped("dims-divided-by-a-constant", dims(d="x.shape[1] // rows_per_thread"), "", "none"),
 ]
 
@@ -931,17 +1427,17 @@ def c_unescape(body: str) -> str:
             j = i + 1
             while j < len(body) and j < i + 4 and body[j] in "01234567":
                 j += 1
-            out.append(int(body[i + 1:j], 8))
+            out.append(int(body[i + 1 : j], 8))
             i = j
         elif nxt == "x":
             j = i + 2
             while j < len(body) and body[j] in "0123456789abcdefABCDEF":
                 j += 1
-            out.append(int(body[i + 2:j], 16) & 0xFF)
+            out.append(int(body[i + 2 : j], 16) & 0xFF)
             i = j
         elif nxt in "uU":
             n = 4 if nxt == "u" else 8
-            out += chr(int(body[i + 2:i + 2 + n], 16)).encode()
+            out += chr(int(body[i + 2 : i + 2 + n], 16)).encode()
             i += 2 + n
         else:
             out.append(simple[nxt])
@@ -966,17 +1462,20 @@ def test_printable_text_builds_and_stays_data(case: Escaped, sandbox, importer):
     tree = trees[case.module]
     if case.where == "docstring":
         docs = docstrings(tree)
-        assert sum(text in d for d in docs) >= 2, f"the summary is not literally in the module and wrapper " \
-                                                  f"docstrings: {docs}"
+        assert sum(text in d for d in docs) >= 2, (
+            f"the summary is not literally in the module and wrapper docstrings: {docs}"
+        )
     elif case.where == "string":
         assert any(text in s for s in py_strings(tree)), f"{text!r} is not a string of {case.module}"
     if case.in_cpp:
-        units = {rel: body for rel, body in generated_files(sb.proj).items() if rel.endswith((".cu", ".hip"))
-                 and "__" in rel}
+        units = {
+            rel: body for rel, body in generated_files(sb.proj).items() if rel.endswith((".cu", ".hip")) and "__" in rel
+        }
         # A reason is a message, not code: the C++ gate check names the gate alone (issue 11), so no
         # unit carries the text at all, escaped or not; the wrapper's string constant says why.
-        assert units and not any(text in body or any(text in c_unescape(lit) for lit in cpp_string_literals(body))
-                                 for body in units.values()), "a reason reached a translation unit"
+        assert units and not any(
+            text in body or any(text in c_unescape(lit) for lit in cpp_string_literals(body)) for body in units.values()
+        ), "a reason reached a translation unit"
     family = case.module.split("/")[-1][:-3]
     for label, run in (("import", importer.import_family(sb.proj, family)), ("collect", importer.collect(sb.proj))):
         assert run.code == 0, f"{label}\n{run}"
@@ -1009,6 +1508,7 @@ def _generated_is_a_link(sb: Sandbox) -> None:
 
 def symlink(rel: str, target: str, make_target: Callable[[Sandbox, Path], None] | None = None):
     """Replace generated/REL by a symlink to TARGET (placeholders filled; relative targets stay relative)."""
+
     def change(sb: Sandbox) -> None:
         link = sb.proj / "generated" / rel
         dest = Path(sb.subst(target))
@@ -1020,6 +1520,7 @@ def symlink(rel: str, target: str, make_target: Callable[[Sandbox, Path], None] 
             link.unlink()
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(dest)
+
     return change
 
 
@@ -1031,6 +1532,7 @@ def extra_file(rel: str, text: str = "", fifo: bool = False):
             os.mkfifo(path)
         else:
             path.write_text(sb.subst(text))
+
     return change
 
 
@@ -1056,43 +1558,91 @@ class Layout:
 
 
 LAYOUTS = [
-    Layout("manifest-dotdot-to-sibling-victim", manifest_line("../../sibling/victim.txt"), "MANIFEST",
-           "refused", manifest_line=True),
-    Layout("manifest-absolute-path-to-secret", manifest_line("@OUT@/secret.txt"), "MANIFEST", "refused",
-           manifest_line=True),
-    Layout("manifest-dotdot-inside-path", manifest_line("k3kernels/../../../sibling/victim.txt"), "MANIFEST",
-           "refused", manifest_line=True),
-    Layout("manifest-not-normalized", manifest_line("./k3kernels/situ_and_mul.py"), "MANIFEST",
-           "refused", manifest_line=True),
+    Layout(
+        "manifest-dotdot-to-sibling-victim",
+        manifest_line("../../sibling/victim.txt"),
+        "MANIFEST",
+        "refused",
+        manifest_line=True,
+    ),
+    Layout(
+        "manifest-absolute-path-to-secret", manifest_line("@OUT@/secret.txt"), "MANIFEST", "refused", manifest_line=True
+    ),
+    Layout(
+        "manifest-dotdot-inside-path",
+        manifest_line("k3kernels/../../../sibling/victim.txt"),
+        "MANIFEST",
+        "refused",
+        manifest_line=True,
+    ),
+    Layout(
+        "manifest-not-normalized",
+        manifest_line("./k3kernels/situ_and_mul.py"),
+        "MANIFEST",
+        "refused",
+        manifest_line=True,
+    ),
     Layout("manifest-absolute-dir", manifest_line("@SIB@"), "MANIFEST", "refused", manifest_line=True),
-    Layout("manifest-bad-digest", manifest_line("k3kernels/extra.py", digest="not-a-sha256"), "MANIFEST", "refused",
-           manifest_line=True),
-    Layout("manifest-single-space", manifest_line("k3kernels/extra.py", sep=" "), "MANIFEST", "refused",
-           manifest_line=True),
-    Layout("manifest-shell-line", lambda sb: _append_manifest(sb, "rm -rf /\n"), "MANIFEST", "refused",
-           manifest_line=True),
+    Layout(
+        "manifest-bad-digest",
+        manifest_line("k3kernels/extra.py", digest="not-a-sha256"),
+        "MANIFEST",
+        "refused",
+        manifest_line=True,
+    ),
+    Layout(
+        "manifest-single-space", manifest_line("k3kernels/extra.py", sep=" "), "MANIFEST", "refused", manifest_line=True
+    ),
+    Layout(
+        "manifest-shell-line", lambda sb: _append_manifest(sb, "rm -rf /\n"), "MANIFEST", "refused", manifest_line=True
+    ),
     Layout("manifest-empty-path", manifest_line(""), "MANIFEST", "refused", manifest_line=True),
     Layout("manifest-dot-dot", manifest_line(".."), "MANIFEST", "refused", manifest_line=True),
-    Layout("symlink-file-to-sibling-victim", symlink("k3kernels/situ_and_mul.py", "@SIB@/victim.txt"),
-           "k3kernels/situ_and_mul.py", "refused"),
-    Layout("symlink-dir-out-of-the-copy", symlink("k3kernels/csrc", "@SIB@/csrc", _empty_dir), "k3kernels/csrc",
-           "refused"),
+    Layout(
+        "symlink-file-to-sibling-victim",
+        symlink("k3kernels/situ_and_mul.py", "@SIB@/victim.txt"),
+        "k3kernels/situ_and_mul.py",
+        "refused",
+    ),
+    Layout(
+        "symlink-dir-out-of-the-copy", symlink("k3kernels/csrc", "@SIB@/csrc", _empty_dir), "k3kernels/csrc", "refused"
+    ),
     Layout("generated-itself-a-symlink", _generated_is_a_link, "generated", "refused"),
-    Layout("dangling-symlink-out", symlink("k3kernels/situ_and_mul.py", "@SIB@/created_by_build.py"),
-           "k3kernels/situ_and_mul.py", "refused"),
-    Layout("symlink-conftest-out-of-the-copy", symlink("tests/conftest.py", "@OUT@/evil_conftest.py",
-                                                       _outside_conftest), "tests/conftest.py", "refused"),
+    Layout(
+        "dangling-symlink-out",
+        symlink("k3kernels/situ_and_mul.py", "@SIB@/created_by_build.py"),
+        "k3kernels/situ_and_mul.py",
+        "refused",
+    ),
+    Layout(
+        "symlink-conftest-out-of-the-copy",
+        symlink("tests/conftest.py", "@OUT@/evil_conftest.py", _outside_conftest),
+        "tests/conftest.py",
+        "refused",
+    ),
     Layout("symlink-manifest-to-spec", symlink("MANIFEST", "../specs/situ_and_mul.yaml"), "MANIFEST", "refused"),
-    Layout("symlink-listed-dir-to-sibling", both(symlink("k3kernels/linkdir", "@SIB@"),
-                                                 manifest_line("k3kernels/linkdir/victim.txt")),
-           "k3kernels/linkdir", "refused"),
-    Layout("extra-tests-conftest", extra_file("tests/conftest.py", MARKER_CONFTEST), "tests/conftest.py", "extra",
-           real_subprocess=True),
+    Layout(
+        "symlink-listed-dir-to-sibling",
+        both(symlink("k3kernels/linkdir", "@SIB@"), manifest_line("k3kernels/linkdir/victim.txt")),
+        "k3kernels/linkdir",
+        "refused",
+    ),
+    Layout(
+        "extra-tests-conftest",
+        extra_file("tests/conftest.py", MARKER_CONFTEST),
+        "tests/conftest.py",
+        "extra",
+        real_subprocess=True,
+    ),
     Layout("extra-root-conftest", extra_file("conftest.py", MARKER_CONFTEST), "conftest.py", "extra"),
     Layout("extra-tests-init", extra_file("tests/__init__.py", MARKER_CONFTEST), "tests/__init__.py", "extra"),
     Layout("extra-module", extra_file("k3kernels/evil.py", MARKER_CONFTEST), "k3kernels/evil.py", "extra"),
-    Layout("extra-unit-in-new-dir", extra_file("k3kernels/csrc/evil/evil.cu", "#error k3_pwned\n"),
-           "k3kernels/csrc/evil/evil.cu", "extra"),
+    Layout(
+        "extra-unit-in-new-dir",
+        extra_file("k3kernels/csrc/evil/evil.cu", "#error k3_pwned\n"),
+        "k3kernels/csrc/evil/evil.cu",
+        "extra",
+    ),
     Layout("extra-hidden-file", extra_file("tests/.evil.py", MARKER_CONFTEST), "tests/.evil.py", "extra"),
     Layout("extra-fifo", extra_file("tests/fifo_test.py", fifo=True), "tests/fifo_test.py", "extra"),
 ]
@@ -1158,8 +1708,14 @@ def _cache_request(root: Path):
     for rel, text in CSRC.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    return BuildRequest("fam", "sm_90a", root, ("fam__a.cu", "dispatch.cu"),
-                        ("fam.cuh", "fam_abi.h", "../k3_backend.h"), ("-DK3_PDL=1",))
+    return BuildRequest(
+        "fam",
+        "sm_90a",
+        root,
+        ("fam__a.cu", "dispatch.cu"),
+        ("fam.cuh", "fam_abi.h", "../k3_backend.h"),
+        ("-DK3_PDL=1",),
+    )
 
 
 def _read_only_cache(tmp: Path, req) -> Path:
@@ -1261,21 +1817,60 @@ def test_harness_reads_the_pristine_output_as_data(pristine):
 # Fuzz: every string field of the spec, with an injection alphabet
 
 
-INJECTION = ['"', "'", '"""', "'''", "\\", "\n", "\r", "\t", "#", "*/", "/*", "{{", "}}", "{%", "%}", "\0",
-             "\ud800", "\udfff", "..", "/", " ", ";", "(", ")", "k3_pwned()",
-             "__import__('pathlib').Path(r'@MARK@').touch()", "a", "x", "\u2028", "\u00e9", "-->", "$", "`", "%",
-             "\\n", "\\x", ")\n#"]
+INJECTION = [
+    '"',
+    "'",
+    '"""',
+    "'''",
+    "\\",
+    "\n",
+    "\r",
+    "\t",
+    "#",
+    "*/",
+    "/*",
+    "{{",
+    "}}",
+    "{%",
+    "%}",
+    "\0",
+    "\ud800",
+    "\udfff",
+    "..",
+    "/",
+    " ",
+    ";",
+    "(",
+    ")",
+    "k3_pwned()",
+    "__import__('pathlib').Path(r'@MARK@').touch()",
+    "a",
+    "x",
+    "\u2028",
+    "\u00e9",
+    "-->",
+    "$",
+    "`",
+    "%",
+    "\\n",
+    "\\x",
+    ")\n#",
+]
 # Half the examples use printable tokens only, so that text fields often build and the escaping
 # (not only the refusal) is what gets fuzzed.
 PRINTABLE = [t for t in INJECTION if t.isprintable() and not any(0xD800 <= ord(c) <= 0xDFFF for c in t)]
-injected = st.one_of(st.lists(st.sampled_from(INJECTION), min_size=1, max_size=10).map("".join),
-                     st.lists(st.sampled_from(PRINTABLE), min_size=1, max_size=10).map("".join))
+injected = st.one_of(
+    st.lists(st.sampled_from(INJECTION), min_size=1, max_size=10).map("".join),
+    st.lists(st.sampled_from(PRINTABLE), min_size=1, max_size=10).map("".join),
+)
 
 
 def _fuzz_base() -> dict:
     data = yaml.safe_load((ROOT / "tests" / "data" / SAM).read_text())
-    data["vector"] = {"bytes": 16, "overrides": [{"when": {"in": "fp32", "out": "fp32"}, "bytes": 16,
-                                                  "why": "measured on the H200"}]}
+    data["vector"] = {
+        "bytes": 16,
+        "overrides": [{"when": {"in": "fp32", "out": "fp32"}, "bytes": 16, "why": "measured on the H200"}],
+    }
     return data
 
 
@@ -1307,8 +1902,9 @@ def _set(data: dict, path: tuple, value) -> dict:
     return out
 
 
-def fuzz_once(base_dir: Path, outside: Path, pristine_root: Path, importer: Importer, file: str, data: dict,
-              family: str) -> None:
+def fuzz_once(
+    base_dir: Path, outside: Path, pristine_root: Path, importer: Importer, file: str, data: dict, family: str
+) -> None:
     """Write `data` as the spec, build: a located refusal (exit 2, no traceback), or output whose
     Python compiles, whose payload is never code, and whose import creates no marker."""
     base = Path(tempfile.mkdtemp(dir=base_dir))
@@ -1333,8 +1929,12 @@ def fuzz_once(base_dir: Path, outside: Path, pristine_root: Path, importer: Impo
     shutil.rmtree(base)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(path=fuzz_path, value=injected)
 def test_fuzz_every_string_field(path, value, tmp_path_factory, outside, pristine, importer):
     base = tmp_path_factory.mktemp("fuzz", numbered=True)
@@ -1348,5 +1948,12 @@ RUNNERS_BASE = yaml.safe_load((ROOT / "specs" / RUNNERS).read_text())
 @given(value=injected)
 def test_fuzz_runner_summary(value, tmp_path_factory, outside, pristine, importer):
     base = tmp_path_factory.mktemp("fuzz-runner", numbered=True)
-    fuzz_once(base, outside, pristine("front"), importer, RUNNERS,
-              _set(RUNNERS_BASE, ("runners", 0, "summary"), value), "runners")
+    fuzz_once(
+        base,
+        outside,
+        pristine("front"),
+        importer,
+        RUNNERS,
+        _set(RUNNERS_BASE, ("runners", 0, "summary"), value),
+        "runners",
+    )

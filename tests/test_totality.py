@@ -1,12 +1,14 @@
 """Total specs (k3gen/totality.py): maps over an axis cover every generated value, and every test
 shape the generated tests call passes the gates of every generated variant. Edits of the frozen
 fixtures (tests/data), errors pinned to the letter."""
+
 from __future__ import annotations
 
 import pytest
 
 from k3gen.errors import SpecErrors
 from k3gen.load import load_specs
+
 from support import SPEC_FILE, copy_project
 
 QUANT = "specs/per_token_group_quant.yaml"
@@ -43,29 +45,37 @@ def test_a_default_map_missing_a_generated_value(project):
     assert _errors(project) == [
         f"{SPEC_FILE}:{_line(project, SPEC_FILE, 'map: {')} {K}dtypes.defaults.out.map): no default out for "
         "in=fp32, which is generated (in=fp32, out=bf16, in=fp32, out=fp32); a call that omits out would be "
-        "refused: add `fp32: DTYPE`, one of bf16, fp32 to the map"]
+        "refused: add `fp32: DTYPE`, one of bf16, fp32 to the map"
+    ]
 
 
 def test_an_override_no_generated_cell_matches(project):
-    _edit(project, SPEC_FILE, "vector: {bytes: 16}", "vector:\n  bytes: 16\n  overrides:\n"
-                                                      "    - {when: {in: fp16, out: bf16}, bytes: 32, why: \"x\"}")
+    _edit(
+        project,
+        SPEC_FILE,
+        "vector: {bytes: 16}",
+        'vector:\n  bytes: 16\n  overrides:\n    - {when: {in: fp16, out: bf16}, bytes: 32, why: "x"}',
+    )
     assert _errors(project) == [
         f"{SPEC_FILE}:{_line(project, SPEC_FILE, '{when: {in: fp16')} {K}vector.overrides.0.when): the override for "
-        "in=fp16, out=bf16 matches no generated cell; remove it or fix `when`"]
+        "in=fp16, out=bf16 matches no generated cell; remove it or fix `when`"
+    ]
 
 
 def test_a_dim_without_test_sizes(project):
     _edit(project, SPEC_FILE, "dims: {M: [1, 7, 128, 4096], D: [256, 2048, 3584]}", "dims: {M: [1, 7, 128, 4096]}")
     assert _errors(project) == [
         f"{SPEC_FILE}:{_line(project, SPEC_FILE, 'dims: {M: [1, 7')} {K}tests.dims): no test sizes for dim 'D'; the "
-        "generated tests build every input from these: add `D: [...]`"]
+        "generated tests build every input from these: add `D: [...]`"
+    ]
 
 
 def test_a_dim_with_an_empty_list(project):
     _edit(project, SPEC_FILE, "D: [256, 2048, 3584]", "D: []")
     assert _errors(project) == [
         f"{SPEC_FILE}:{_line(project, SPEC_FILE, 'D: []')} {K}tests.dims.D): dim 'D' has no test sizes; list at "
-        "least one"]
+        "least one"
+    ]
 
 
 def test_test_sizes_a_gate_refuses_for_every_variant(project):
@@ -74,7 +84,8 @@ def test_test_sizes_a_gate_refuses_for_every_variant(project):
     assert _errors(project) == [
         f"{SPEC_FILE}:{_line(project, SPEC_FILE, 'D: [256, 258]')} {K}tests.dims.D): the generated tests would call "
         "shapes gate 0 `D % vec == 0` refuses: D = 258 for 4 generated variants (in=bf16, out=bf16; in=fp16, "
-        "out=fp16; in=fp32, out=bf16 and 1 more); use test sizes every generated variant accepts"]
+        "out=fp16; in=fp32, out=bf16 and 1 more); use test sizes every generated variant accepts"
+    ]
 
 
 def test_test_sizes_a_gate_refuses_for_some_variants(project):
@@ -83,7 +94,8 @@ def test_test_sizes_a_gate_refuses_for_some_variants(project):
     assert _errors(project) == [
         f"{SPEC_FILE}:{_line(project, SPEC_FILE, 'D: [4, 256]')} {K}tests.dims.D): the generated tests would call "
         "shapes gate 0 `D % vec == 0` refuses: D = 4 for 2 generated variants (in=bf16, out=bf16; in=fp16, "
-        "out=fp16); use test sizes every generated variant accepts"]
+        "out=fp16); use test sizes every generated variant accepts"
+    ]
 
 
 def test_gates_on_pointers_and_strides_pass(project):
@@ -100,4 +112,5 @@ def test_a_gate_over_params_and_dims(project):
         f"{QUANT}:{_line(project, QUANT, 'K: [128, 256')} {Q}tests.dims.K): the generated tests would call shapes "
         "gate 0 `K % group_size == 0` refuses: K = 128 for 9 generated variants (in=bf16, group_size=256, "
         "scale_format=fp32_row; in=bf16, group_size=256, scale_format=fp32_col; in=bf16, group_size=256, "
-        "scale_format=ue8m0 and 6 more); use test sizes every generated variant accepts"]
+        "scale_format=ue8m0 and 6 more); use test sizes every generated variant accepts"
+    ]

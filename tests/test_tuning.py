@@ -1,16 +1,17 @@
 """Tunables (issue 13): knobs in the spec, the table `k3gen tune` writes, and the picks compiled into
 the variant units. The GPU half (k3gen.tuning_run) is exercised here only through render_table, fed
 a made-up result; the timing itself needs a GPU."""
+
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from k3gen import tuning_run
 from k3gen.cli import main
+
 from support import ROOT, copy_project
 
 SPEC = "specs/route_topk.yaml"
@@ -50,8 +51,17 @@ def _table(root: Path, picks: dict, identity: str | None = None) -> Path:
 
 
 def _rows(*configs: int) -> list[dict]:
-    return [{"bucket": b, "config": {"block_threads": c}, "us": 3.0, "runner_up": {"block_threads": 256},
-             "runner_up_us": 3.3, "margin": 0.1} for b, c in zip([1, 128, 1024], configs)]
+    return [
+        {
+            "bucket": b,
+            "config": {"block_threads": c},
+            "us": 3.0,
+            "runner_up": {"block_threads": 256},
+            "runner_up_us": 3.3,
+            "margin": 0.1,
+        }
+        for b, c in zip([1, 128, 1024], configs)
+    ]
 
 
 def _unit(root: Path, variant: str = "route_topk__score_bf16__bias_fp32") -> str:
@@ -68,7 +78,7 @@ def test_without_a_table_every_config_is_compiled_and_the_default_runs(tmp_path,
     assert "tune with `k3gen tune --family route_topk`" in unit
     data = _data(root)
     assert data["configs"] == [{"block_threads": 256}, {"block_threads": 128}, {"block_threads": 512}]
-    assert [v["name"] for v in data["variants"]][0] == "route_topk__score_bf16__bias_fp32"
+    assert data["variants"][0]["name"] == "route_topk__score_bf16__bias_fp32"
 
 
 def test_the_table_picks_are_compiled_into_each_variant(tmp_path, capsys):
@@ -102,8 +112,10 @@ def test_a_table_of_another_kernel_is_a_located_error(tmp_path, capsys):
     rc, err = _build(root, capsys)
     line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("identity:"))
     assert rc == 2
-    assert (f'specs/tuning/route_topk.h200.yaml:{line} (kernel "route_topk", identity): the table measured '
-            "another kernel or knobs") in err
+    assert (
+        f'specs/tuning/route_topk.h200.yaml:{line} (kernel "route_topk", identity): the table measured '
+        "another kernel or knobs"
+    ) in err
     assert "rerun `k3gen tune --family route_topk` on NVIDIA H200" in err
 
 
@@ -116,23 +128,36 @@ def test_a_table_naming_no_candidate_or_missing_a_variant_is_a_located_error(tmp
     _table(root, picks)
     rc, err = _build(root, capsys)
     assert rc == 2
-    assert f"(kernel \"route_topk\", picks.{names[1]}.0.config): config {{'block_threads': 96}} is not a " \
-           "candidate of tuning.knobs" in err
+    assert (
+        f"(kernel \"route_topk\", picks.{names[1]}.0.config): config {{'block_threads': 96}} is not a "
+        "candidate of tuning.knobs" in err
+    )
     assert f"no pick per bucket for variant {names[0]}" in err
 
 
-@pytest.mark.parametrize("tuning, message", [
-    ("tuning:\n  knobs: {threads: [256]}\n  buckets: [1]\n",
-     "(kernel \"route_topk\", tuning.knobs.threads): 'threads' is not a constant"),
-    ("tuning:\n  knobs: {block_threads: [128, 512]}\n  buckets: [1]\n",
-     "the default block_threads = 256 (constants.block_threads) is not a candidate"),
-    ("tuning:\n  knobs: {block_threads: [256, 96]}\n  buckets: [1]\n",
-     "(kernel \"route_topk\", tuning.knobs.block_threads.1): candidate block_threads = 96 is beyond what "
-     "templates/route_topk/ supports"),
-    ("tuning:\n  knobs: {block_threads: [256]}\n  buckets: [1, 8, 4]\n", "bucket 4 is not above 8"),
-    ("tuning:\n  knobs: {block_threads: [256]}\n  buckets: [1, 1024, 2048]\n",
-     "(kernel \"route_topk\", tuning.buckets.2): no test size lies in bucket 1024 < M <= 2048"),
-])
+@pytest.mark.parametrize(
+    "tuning, message",
+    [
+        (
+            "tuning:\n  knobs: {threads: [256]}\n  buckets: [1]\n",
+            "(kernel \"route_topk\", tuning.knobs.threads): 'threads' is not a constant",
+        ),
+        (
+            "tuning:\n  knobs: {block_threads: [128, 512]}\n  buckets: [1]\n",
+            "the default block_threads = 256 (constants.block_threads) is not a candidate",
+        ),
+        (
+            "tuning:\n  knobs: {block_threads: [256, 96]}\n  buckets: [1]\n",
+            '(kernel "route_topk", tuning.knobs.block_threads.1): candidate block_threads = 96 is beyond what '
+            "templates/route_topk/ supports",
+        ),
+        ("tuning:\n  knobs: {block_threads: [256]}\n  buckets: [1, 8, 4]\n", "bucket 4 is not above 8"),
+        (
+            "tuning:\n  knobs: {block_threads: [256]}\n  buckets: [1, 1024, 2048]\n",
+            '(kernel "route_topk", tuning.buckets.2): no test size lies in bucket 1024 < M <= 2048',
+        ),
+    ],
+)
 def test_knob_errors_are_located(tmp_path, capsys, tuning, message):
     root = _project(tmp_path, tuning)
     rc, err = _build(root, capsys)
@@ -188,10 +213,21 @@ def test_tune_family_flow_without_a_gpu(monkeypatch, tmp_path):
     oracle.check = check
     monkeypatch.setitem(sys.modules, "k3kernels.fake", fam)
     monkeypatch.setitem(sys.modules, "fake_oracle", oracle)
-    data = {"format": 1, "family": "fake", "spec": "specs/fake.yaml", "identity": "ab" * 32, "knobs": ["t"],
-            "configs": [{"t": 256}, {"t": 128}, {"t": 512}], "buckets": [1, 128], "shape": {},
-            "oracle": "fake_oracle", "oracle_spec": {"constants": {}}, "routing": {}, "cases": ["edge"],
-            "variants": [{"name": "fake__v", "variant": {"x": "bf16"}}]}
+    data = {
+        "format": 1,
+        "family": "fake",
+        "spec": "specs/fake.yaml",
+        "identity": "ab" * 32,
+        "knobs": ["t"],
+        "configs": [{"t": 256}, {"t": 128}, {"t": 512}],
+        "buckets": [1, 128],
+        "shape": {},
+        "oracle": "fake_oracle",
+        "oracle_spec": {"constants": {}},
+        "routing": {},
+        "cases": ["edge"],
+        "variants": [{"name": "fake__v", "variant": {"x": "bf16"}}],
+    }
     gen = tmp_path / "generated"
     (gen / "k3kernels" / "tuning").mkdir(parents=True)
     (gen / "k3kernels" / "tuning" / "fake.json").write_text(json.dumps(data))
@@ -203,6 +239,8 @@ def test_tune_family_flow_without_a_gpu(monkeypatch, tmp_path):
     assert [d["config"] for d in result["discarded"]] == [{"t": 128}]
     rows = result["picks"]["fake__v"]
     assert [r["config"] for r in rows] == [{"t": 256}, {"t": 256}]  # 4.99 is not 2% faster than 5.0
-    assert rows[0]["runner_up"] == {"t": 512} and rows[0]["margin"] == pytest.approx(-0.002, abs=1e-3)  # faster, not by 2%
+    assert rows[0]["runner_up"] == {"t": 512} and rows[0]["margin"] == pytest.approx(
+        -0.002, abs=1e-3
+    )  # faster, not by 2%
     text = tuning_run.render_table(result, "NVIDIA H200")
     assert '"config": {"t": 256}' in text and "discarded:\n  - " in text

@@ -4,6 +4,7 @@ amax ignores NaN (as fmaxf does) and is floored at 1e-10; s = amax * fp32(1/448)
 to a power of two from its bits; q = clamp(x / s, ±448) with NaN → +448, cast to e4m3 (nearest even).
 With fuse_silu_and_mul the quantized value is g / (1 + exp(-g)) * up, each step rounded to fp32.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,9 @@ def activation(x: torch.Tensor, fuse: bool) -> torch.Tensor:
     return g / (1.0 + torch.exp(-g)) * up
 
 
-def reference(variant: dict, x, group_size=128, scale_format="fp32_row", fuse_silu_and_mul=False, out=None,
-              out_scale=None):
+def reference(
+    variant: dict, x, group_size=128, scale_format="fp32_row", fuse_silu_and_mul=False, out=None, out_scale=None
+):
     a = activation(x, fuse_silu_and_mul)
     m, k = a.shape
     groups = a.view(m, k // group_size, group_size)
@@ -63,8 +65,12 @@ def make_args(variant: dict, dims: dict, layout: str, seed: int, device: str = "
     mag = torch.exp2(torch.randint(-12, 12, (m, 1), generator=gen).float())
     wide = (torch.randn(m, width + pad, generator=gen) * mag).to(torch_dtype(variant["in"])).to(device)
     x = wide[:, pad:] if pad else wide
-    return {"x": x, "group_size": variant["group_size"], "scale_format": variant["scale_format"],
-            "fuse_silu_and_mul": variant["fuse_silu_and_mul"]}
+    return {
+        "x": x,
+        "group_size": variant["group_size"],
+        "scale_format": variant["scale_format"],
+        "fuse_silu_and_mul": variant["fuse_silu_and_mul"],
+    }
 
 
 def check(got, want, variant: dict) -> None:
@@ -79,8 +85,10 @@ def check(got, want, variant: dict) -> None:
     else:
         off = codes != ref_codes
     mismatch = off.nonzero()
-    assert mismatch.numel() == 0, f"{len(mismatch)} q codes differ, first at {mismatch[0].tolist()}: " \
+    assert mismatch.numel() == 0, (
+        f"{len(mismatch)} q codes differ, first at {mismatch[0].tolist()}: "
         f"{codes[tuple(mismatch[0])]} vs {ref_codes[tuple(mismatch[0])]}"
+    )
     assert scale.dtype == scale_ref.dtype and scale.shape == scale_ref.shape
     strides = [[st for st, n in zip(t.stride(), t.shape) if n > 1] for t in (scale, scale_ref)]
     assert strides[0] == strides[1], f"scale strides {scale.stride()} != {scale_ref.stride()} (layout)"
@@ -183,5 +191,5 @@ def reject_misaligned_pointer(variant):
     args = make_args(variant, {"M": 2, "K": 256}, "dense", 11)
     width = args["x"].shape[1]
     flat = torch.zeros(2 * width + 16, dtype=args["x"].dtype, device="cuda")
-    args["x"] = flat[1:1 + 2 * width].view(2, width)  # one element past a 16-byte boundary
+    args["x"] = flat[1 : 1 + 2 * width].view(2, width)  # one element past a 16-byte boundary
     return args

@@ -1,5 +1,6 @@
 """Oracle for route_quant_fused (KERNELS.md §4): route_topk's oracle on the scores and
 per_token_group_quant's (UE8M0, groups of constants.group_size) on x, both bit-exact."""
+
 from __future__ import annotations
 
 import torch
@@ -14,19 +15,40 @@ SUPPORTED = {"dtypes": {"score": "float", "act": "float"}}
 
 
 def _quant_variant(variant: dict) -> dict:
-    return {"in": variant["act"], "group_size": variant["constants"]["group_size"], "scale_format": "ue8m0",
-            "fuse_silu_and_mul": False, "fast_math": False}
+    return {
+        "in": variant["act"],
+        "group_size": variant["constants"]["group_size"],
+        "scale_format": "ue8m0",
+        "fuse_silu_and_mul": False,
+        "fast_math": False,
+    }
 
 
 def _route_variant(variant: dict) -> dict:
-    return {"score": variant["score"], "bias": "fp32", "constants": variant["constants"],
-            "tie_order": variant.get("tie_order", "lowest_id"), "sigmoid": variant.get("sigmoid", "expf")}
+    return {
+        "score": variant["score"],
+        "bias": "fp32",
+        "constants": variant["constants"],
+        "tie_order": variant.get("tie_order", "lowest_id"),
+        "sigmoid": variant.get("sigmoid", "expf"),
+    }
 
 
-def reference(variant: dict, scores, bias, x, topk, num_expert_group=1, topk_group=1, renormalize=1,
-              routed_scaling_factor=1.0, **outputs):
-    w, ids = routing.reference(_route_variant(variant), scores, bias, topk, num_expert_group, topk_group,
-                               renormalize, routed_scaling_factor)
+def reference(
+    variant: dict,
+    scores,
+    bias,
+    x,
+    topk,
+    num_expert_group=1,
+    topk_group=1,
+    renormalize=1,
+    routed_scaling_factor=1.0,
+    **outputs,
+):
+    w, ids = routing.reference(
+        _route_variant(variant), scores, bias, topk, num_expert_group, topk_group, renormalize, routed_scaling_factor
+    )
     q, scale = quant.reference(_quant_variant(variant), x, variant["constants"]["group_size"], "ue8m0")
     return w, ids, q, scale
 
@@ -52,10 +74,16 @@ def case_matches_separate(op, variant):
 
     args = make_args(variant, {"M": 64}, "strided", 21)
     fused = op(**args)
-    w, ids = route_topk.route_topk(args["scores"], args["bias"], args["topk"], renormalize=args["renormalize"],
-                                   routed_scaling_factor=args["routed_scaling_factor"])
-    q, scale = per_token_group_quant.per_token_group_quant(args["x"], group_size=variant["constants"]["group_size"],
-                                                           scale_format="ue8m0")
+    w, ids = route_topk.route_topk(
+        args["scores"],
+        args["bias"],
+        args["topk"],
+        renormalize=args["renormalize"],
+        routed_scaling_factor=args["routed_scaling_factor"],
+    )
+    q, scale = per_token_group_quant.per_token_group_quant(
+        args["x"], group_size=variant["constants"]["group_size"], scale_format="ue8m0"
+    )
     for a, b in zip(fused, (w, ids, q, scale)):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 

@@ -11,6 +11,7 @@ from the spec per backend). aiter's rule is computed here from this module's own
 lane table and its closed formula, never from k3gen's expansion, so a change on either side fails
 the tests instead of drifting silently.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,9 +23,72 @@ from k3gen.oracles.vocabulary import torch_dtype
 SUPPORTED = {"dtypes": {"score": "float", "bias": "float"}}
 
 # aiter's wave64 traversal (issue 15): lane -> rank, experts 4 to a group. Copied on purpose.
-AITER_LANE_RANK = [56, 57, 58, 59, 63, 62, 61, 60, 52, 53, 54, 55, 51, 50, 49, 48, 40, 41, 42, 43, 47, 46, 45, 44,
-                   36, 37, 38, 39, 35, 34, 33, 32, 24, 25, 26, 27, 31, 30, 29, 28, 20, 21, 22, 23, 19, 18, 17, 16,
-                   8, 9, 10, 11, 15, 14, 13, 12, 4, 5, 6, 7, 3, 2, 1, 0]
+AITER_LANE_RANK = [
+    56,
+    57,
+    58,
+    59,
+    63,
+    62,
+    61,
+    60,
+    52,
+    53,
+    54,
+    55,
+    51,
+    50,
+    49,
+    48,
+    40,
+    41,
+    42,
+    43,
+    47,
+    46,
+    45,
+    44,
+    36,
+    37,
+    38,
+    39,
+    35,
+    34,
+    33,
+    32,
+    24,
+    25,
+    26,
+    27,
+    31,
+    30,
+    29,
+    28,
+    20,
+    21,
+    22,
+    23,
+    19,
+    18,
+    17,
+    16,
+    8,
+    9,
+    10,
+    11,
+    15,
+    14,
+    13,
+    12,
+    4,
+    5,
+    6,
+    7,
+    3,
+    2,
+    1,
+    0,
+]
 AITER_EXPERTS_PER_GROUP = 4
 LOG2E = 1.44269504088896340736
 
@@ -39,8 +103,9 @@ def rank_keys(rank: torch.Tensor) -> torch.Tensor:
 
 def aiter_priorities(rule: dict, e: int) -> list[int]:
     """aiter's tie priority of each expert (lower wins), by its closed formula (issue 15)."""
-    assert rule["lane_rank"] == AITER_LANE_RANK and rule["experts_per_group"] == AITER_EXPERTS_PER_GROUP, \
+    assert rule["lane_rank"] == AITER_LANE_RANK and rule["experts_per_group"] == AITER_EXPERTS_PER_GROUP, (
         f"the spec's wave64 lane table is not aiter's: {rule}; this oracle knows aiter's only"
+    )
     groups = e // 4
     few = groups // 64  # groups on the lanes visited first (3 for 896 experts); the rest hold one more
     n_few = 64 - groups % 64  # how many lanes hold `few` (32 for 896 experts)
@@ -87,8 +152,18 @@ def sigmoid(variant: dict, x: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown sigmoid formula {formula!r}")
 
 
-def reference(variant: dict, scores, bias, topk, num_expert_group=1, topk_group=1, renormalize=1,
-              routed_scaling_factor=1.0, out_weights=None, out_ids=None):
+def reference(
+    variant: dict,
+    scores,
+    bias,
+    topk,
+    num_expert_group=1,
+    topk_group=1,
+    renormalize=1,
+    routed_scaling_factor=1.0,
+    out_weights=None,
+    out_ids=None,
+):
     s = sigmoid(variant, scores.float())
     rank = s + bias.float()
     m, e = rank.shape
@@ -112,16 +187,23 @@ def make_args(variant: dict, dims: dict, layout: str, seed: int, device: str = "
     pad = 32 if layout == "strided" else 0
     wide = (torch.randn(m, e + pad, generator=gen) * 3).to(torch_dtype(variant["score"])).to(device)
     bias = (torch.randn(e, generator=gen) * 0.1).to(torch_dtype(variant["bias"])).to(device)
-    return {"scores": wide[:, pad:] if pad else wide, "bias": bias, "topk": c["top_k"], "renormalize": 1,
-            "routed_scaling_factor": 2.5}
+    return {
+        "scores": wide[:, pad:] if pad else wide,
+        "bias": bias,
+        "topk": c["top_k"],
+        "renormalize": 1,
+        "routed_scaling_factor": 2.5,
+    }
 
 
 def check(got, want, variant: dict) -> None:
     (w, ids), (w_ref, ids_ref) = got, want
     assert ids.dtype == torch.int32 and w.dtype == torch.float32 and ids.shape == ids_ref.shape
     bad = (ids != ids_ref).any(dim=1).nonzero()
-    assert bad.numel() == 0, f"{bad.numel()} rows pick other experts; first row {bad[0].item()}: " \
+    assert bad.numel() == 0, (
+        f"{bad.numel()} rows pick other experts; first row {bad[0].item()}: "
         f"{ids[bad[0].item()].tolist()} vs {ids_ref[bad[0].item()].tolist()}"
+    )
     # exp2 weights: within 1 ulp (torch's exp2 and the device's exp2f may round apart); expf: bit-exact.
     ulps = 1 if variant.get("sigmoid", "expf") == "exp2" else 0
     apart = (w.view(torch.int32).to(torch.int64) - w_ref.view(torch.int32).to(torch.int64)).abs()

@@ -1,4 +1,5 @@
 """Oracle for situ_and_mul (KERNELS.md §1): fp32 math, one rounding to the output dtype."""
+
 from __future__ import annotations
 
 import torch
@@ -43,8 +44,9 @@ def check(got, want, variant: dict) -> None:
     """One output ulp off at most (fast-math tanh, or the rounding of a value a few fp32 ulps away);
     wide outputs within the accurate path's fp32 error."""
     assert got.dtype == want.dtype and got.shape == want.shape
-    torch.testing.assert_close(got.float(), want.float(),
-                               **tolerance(variant["out"], ulps=1, math_rtol=MATH_RTOL, math_atol=MATH_ATOL))
+    torch.testing.assert_close(
+        got.float(), want.float(), **tolerance(variant["out"], ulps=1, math_rtol=MATH_RTOL, math_atol=MATH_ATOL)
+    )
 
 
 def case_empty(op, variant):
@@ -100,8 +102,8 @@ def reject_misaligned_stride(variant):
 def reject_misaligned_pointer(variant):
     args = make_args(variant, {"M": 2, "D": 256}, "dense", 7)
     flat = torch.zeros(2 * 512 + 8, dtype=args["x"].dtype, device="cuda")
-    args["x"] = flat[2:2 + 2 * 512].view(2, 512)  # data pointer 2 elements past an aligned address
+    args["x"] = flat[2 : 2 + 2 * 512].view(2, 512)  # data pointer 2 elements past an aligned address
     return args
 
 
-__all__ = ["reference", "make_args", "check", "K3UnsupportedError"]
+__all__ = ["K3UnsupportedError", "check", "make_args", "reference"]

@@ -4,6 +4,7 @@ Everything comes from k3gen.dtypes.DTYPES (the table the specs are checked again
 variant the generated tests pass (the spec's own defaults), so a dtype k3gen knows needs no oracle
 edit. torch and the standard library only: the generated tests import it on GPU machines.
 """
+
 from __future__ import annotations
 
 import torch

@@ -3,13 +3,29 @@
 The input checks and the module loader import torch when first used (PEP 562): the build cache,
 the errors and `k3gen compile` run without it, and a process that only builds skips its import.
 """
+
 from importlib import import_module
 
-from .errors import K3BuildError, K3Error, K3ToolchainMissing, K3UnsupportedError
+from .errors import K3BuildError, K3Error, K3ToolchainMissing, K3UnsupportedError  # noqa: F401 (re-exported)
 
-_LAZY = {name: "checks" for name in ("check_choice", "check_dtype", "check_input", "check_layout", "check_shape",
-                                     "check_tensor", "check_tensors", "data_ptr", "dtype_name", "empty", "gate_failed",
-                                     "prepare_output", "uncovered")}
+_LAZY = {
+    name: "checks"
+    for name in (
+        "check_choice",
+        "check_dtype",
+        "check_input",
+        "check_layout",
+        "check_shape",
+        "check_tensor",
+        "check_tensors",
+        "data_ptr",
+        "dtype_name",
+        "empty",
+        "gate_failed",
+        "prepare_output",
+        "uncovered",
+    )
+}
 _LAZY.update(FamilyModule="module", device_arch="module", FastPath="fastpath")
 
 __all__ = sorted(["K3BuildError", "K3Error", "K3ToolchainMissing", "K3UnsupportedError", *_LAZY])

@@ -5,6 +5,7 @@ key (and the content key it was derived from) and the library's sha256. A librar
 through its record: a missing or unreadable record, another family or arch, another key, or a
 library whose bytes no longer hash to the record's sha256 all mean "not this artifact".
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,12 +30,29 @@ def jit_entry_name(content_key: str, key: str) -> str:
     return f"{content_key[:32]}-{key[:16]}"
 
 
-def make_record(family: str, arch: str, content_key: str, compiler: str, compiler_version: str,
-                lib: Path, built_by: str, variant: str | None = None) -> dict:
+def make_record(
+    family: str,
+    arch: str,
+    content_key: str,
+    compiler: str,
+    compiler_version: str,
+    lib: Path,
+    built_by: str,
+    variant: str | None = None,
+) -> dict:
     """The record of a family's library, or of one variant's (`variant`: its unit alone)."""
-    record = {"format": FORMAT, "family": family, "arch": arch, "key": full_key(content_key, compiler_version),
-              "content_key": content_key, "compiler": compiler, "compiler_version": compiler_version,
-              "lib": LIB, "lib_sha256": hashlib.sha256(lib.read_bytes()).hexdigest(), "built_by": built_by}
+    record = {
+        "format": FORMAT,
+        "family": family,
+        "arch": arch,
+        "key": full_key(content_key, compiler_version),
+        "content_key": content_key,
+        "compiler": compiler,
+        "compiler_version": compiler_version,
+        "lib": LIB,
+        "lib_sha256": hashlib.sha256(lib.read_bytes()).hexdigest(),
+        "built_by": built_by,
+    }
     return {**record, "variant": variant} if variant else record
 
 
@@ -43,8 +61,9 @@ def write_record(entry: Path, record: dict) -> bool:
     return write_if_changed(entry / RECORD, json.dumps(record, indent=1, sort_keys=True) + "\n", atomic=True)
 
 
-def check(entry: Path, family: str, arch: str, *, key: str | None = None,
-          content_key: str | None = None) -> tuple[dict | None, str]:
+def check(
+    entry: Path, family: str, arch: str, *, key: str | None = None, content_key: str | None = None
+) -> tuple[dict | None, str]:
     """(record, "") if entry holds the artifact asked for, else (None, why not).
 
     With `key`, the record's key must equal it. Without one (no compiler here to compute it), the
@@ -60,12 +79,18 @@ def check(entry: Path, family: str, arch: str, *, key: str | None = None,
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         return None, f"record {entry / RECORD} is not format {FORMAT}"
     if record.get("family") != family or record.get("arch") != arch:
-        return None, (f"record {entry / RECORD} is for {record.get('family')} {record.get('arch')}, "
-                      f"not {family} {arch}")
+        return None, (
+            f"record {entry / RECORD} is for {record.get('family')} {record.get('arch')}, not {family} {arch}"
+        )
     if key is not None and record.get("key") != key:
-        return None, f"stale: {entry} was built with key {str(record.get('key'))[:16]} (other sources, flags or compiler)"
-    if key is None and (record.get("content_key") != content_key or record.get("key") != full_key(
-            str(content_key), str(record.get("compiler_version")))):
+        return (
+            None,
+            f"stale: {entry} was built with key {str(record.get('key'))[:16]} (other sources, flags or compiler)",
+        )
+    if key is None and (
+        record.get("content_key") != content_key
+        or record.get("key") != full_key(str(content_key), str(record.get("compiler_version")))
+    ):
         return None, f"stale: {entry} was built from other sources or flags"
     try:
         lib = (entry / LIB).read_bytes()

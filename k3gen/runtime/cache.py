@@ -20,6 +20,7 @@ Lookup order (ensure_built; ensure_any tries a family's library, then one varian
    and made visible by one atomic rename, with the same record; an invalid entry is rebuilt. A
    variant's library is built only when the family's is not already there.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,8 +35,15 @@ from pathlib import Path
 from . import artifact, ninja
 from .errors import K3BuildError, K3ToolchainMissing
 from .files import locked, write_if_changed
-from .toolchain import (backend_of, compile_flags, compiler_name, compiler_version, explain_failure, find_compiler,
-                        link_flags)
+from .toolchain import (
+    backend_of,
+    compile_flags,
+    compiler_name,
+    compiler_version,
+    explain_failure,
+    find_compiler,
+    link_flags,
+)
 from .variants import dispatch_table, entry_symbol, included_headers
 
 log = logging.getLogger("k3gen")
@@ -110,7 +118,7 @@ class BuildRequest:
             return f"k3gen compile --arch {self.arch} --family {self.family}"
         return f"k3gen compile --from-record {os.environ.get('K3GEN_RECORD') or 'FILE'}"
 
-    def variant_request(self, variant: str) -> "BuildRequest":
+    def variant_request(self, variant: str) -> BuildRequest:
         """The library of one variant of this family: its unit alone, with the headers it includes, so
         its content key is the unit key of `k3gen list`."""
         unit = f"{variant}.{'hip' if self.backend == 'hip' else 'cu'}"
@@ -165,8 +173,9 @@ def find_aot(req: BuildRequest, key: str | None, content_key: str) -> tuple[Path
         entry = aot_entry(d, req)
         # A package's library serves whatever compiler this machine has (or lacks): its content key,
         # and the record's key bound to the compiler that built it, must match.
-        record, reason = artifact.check(entry, req.family, req.arch, key=None if d == prebuilt else key,
-                                        content_key=content_key)
+        record, reason = artifact.check(
+            entry, req.family, req.arch, key=None if d == prebuilt else key, content_key=content_key
+        )
         if record:
             return entry / LIB, []
         why.append(reason)
@@ -179,8 +188,9 @@ def ensure_built(req: BuildRequest, root: Path | None = None) -> Path:
     return ensure_any([req], root)[1]
 
 
-def ensure_any(reqs: list[BuildRequest], root: Path | None = None, what: str | None = None
-               ) -> tuple[BuildRequest, Path]:
+def ensure_any(
+    reqs: list[BuildRequest], root: Path | None = None, what: str | None = None
+) -> tuple[BuildRequest, Path]:
     """The first of `reqs` (libraries that would all serve the caller, best first: a family's, then
     one variant's) found built, AOT first, then in the JIT cache; else the last one, built by the JIT.
     Under K3GEN_NO_JIT=1 a miss is a K3BuildError naming `what` (default: the last request's family
@@ -211,9 +221,11 @@ def ensure_any(reqs: list[BuildRequest], root: Path | None = None, what: str | N
         return req, _ensure_jit(req, key, content_key, root)
     except OSError as exc:  # read-only cache, a file where a folder should be, a full disk
         where = exc.filename or root
-        raise K3BuildError(f"k3gen: cannot use the JIT cache for {req.family} ({req.arch}) at {where}: "
-                           f"{exc.strerror or exc}; point K3GEN_CACHE_DIR at a folder you can write "
-                           f"(now: {root})") from None
+        raise K3BuildError(
+            f"k3gen: cannot use the JIT cache for {req.family} ({req.arch}) at {where}: "
+            f"{exc.strerror or exc}; point K3GEN_CACHE_DIR at a folder you can write "
+            f"(now: {root})"
+        ) from None
 
 
 def _no_jit_message(found: list, what: str | None) -> str:
@@ -226,9 +238,11 @@ def _no_jit_message(found: list, what: str | None) -> str:
         name = "" if len(found) == 1 else f"variant {r.variant}: " if r.variant else "family library: "
         parts.append(f"{name}expected {expected}; looked at: {looked}")
     builds = " or ".join(f"`{r.compile_command()}`" for r, *_ in reversed(found))
-    return (f"k3gen: {what} for {req.arch} has no AOT build and JIT is off (K3GEN_NO_JIT=1); "
-            f"{'; '.join(parts)}. Build it: {builds} (with --out DIR, also set K3GEN_AOT_DIR=DIR), "
-            "or unset K3GEN_NO_JIT")
+    return (
+        f"k3gen: {what} for {req.arch} has no AOT build and JIT is off (K3GEN_NO_JIT=1); "
+        f"{'; '.join(parts)}. Build it: {builds} (with --out DIR, also set K3GEN_AOT_DIR=DIR), "
+        "or unset K3GEN_NO_JIT"
+    )
 
 
 def _ensure_jit(req: BuildRequest, key: str, content_key: str, root: Path) -> Path:
@@ -249,11 +263,21 @@ def _ensure_jit(req: BuildRequest, key: str, content_key: str, root: Path) -> Pa
         try:
             _build(req, staging)
             if req.content_key() != content_key:  # a concurrent `k3gen build` rewrote the sources
-                raise K3BuildError(f"k3gen: the sources of {req.family} changed while it was being built; "
-                                   "call again once `k3gen build` has finished")
+                raise K3BuildError(
+                    f"k3gen: the sources of {req.family} changed while it was being built; "
+                    "call again once `k3gen build` has finished"
+                )
             compiler = find_compiler(req.backend)
-            record = artifact.make_record(req.family, req.arch, content_key, compiler_name(compiler),
-                                          compiler_version(compiler), staging / LIB, "jit", variant=req.variant)
+            record = artifact.make_record(
+                req.family,
+                req.arch,
+                content_key,
+                compiler_name(compiler),
+                compiler_version(compiler),
+                staging / LIB,
+                "jit",
+                variant=req.variant,
+            )
             artifact.write_record(staging, record)
             os.rename(staging, final)
         finally:

@@ -1,4 +1,5 @@
 """Input checks the generated wrappers call. Each error names the argument and what is allowed."""
+
 from __future__ import annotations
 
 import torch
@@ -46,14 +47,12 @@ def check_dtype(fn: str, name: str, t, dtype) -> None:
 
 def check_shape(fn: str, name: str, t, shape: tuple, spelled: str) -> None:
     if tuple(t.shape) != tuple(shape):
-        raise K3UnsupportedError(f"{fn}: {name} must have shape [{spelled}] = {list(shape)}, "
-                                 f"got {list(t.shape)}")
+        raise K3UnsupportedError(f"{fn}: {name} must have shape [{spelled}] = {list(shape)}, got {list(t.shape)}")
 
 
 def check_choice(fn: str, name: str, value, allowed: list) -> None:
     if value not in allowed:
-        raise K3UnsupportedError(f"{fn}: {name}={value!r} is not generated; allowed: "
-                                 f"{', '.join(map(repr, allowed))}")
+        raise K3UnsupportedError(f"{fn}: {name}={value!r} is not generated; allowed: {', '.join(map(repr, allowed))}")
 
 
 def uncovered(fn: str, axes: list[str], dtypes: list, matrix: list[tuple], excluded: dict) -> K3UnsupportedError:
@@ -90,11 +89,13 @@ def check_layout(fn: str, name: str, t, layout: str) -> None:
     if layout == "dense" and not t.is_contiguous():
         raise K3UnsupportedError(f"{fn}: {name} must be contiguous, got strides {list(t.stride())}")
     if layout == "rows" and t.size(-1) > 1 and t.stride(-1) != 1:
-        raise K3UnsupportedError(f"{fn}: {name} must have a contiguous last dim (stride 1), "
-                                 f"got strides {list(t.stride())}")
+        raise K3UnsupportedError(
+            f"{fn}: {name} must have a contiguous last dim (stride 1), got strides {list(t.stride())}"
+        )
     if layout == "col_major" and not t.t().is_contiguous():
-        raise K3UnsupportedError(f"{fn}: {name} must be column-major (its .t() contiguous), "
-                                 f"got strides {list(t.stride())}")
+        raise K3UnsupportedError(
+            f"{fn}: {name} must be column-major (its .t() contiguous), got strides {list(t.stride())}"
+        )
 
 
 def check_input(fn: str, name: str, t, dtype, shape: tuple, layout: str, spelled: str) -> None:

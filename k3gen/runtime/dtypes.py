@@ -4,6 +4,7 @@ It lives in the runtime so the generated wrappers, the input checks and the orac
 table the generator does; plain dataclasses, so importing it needs neither torch nor pydantic
 (`torch_dtype` imports torch when called). The generator imports it as k3gen.dtypes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

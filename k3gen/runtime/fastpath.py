@@ -12,6 +12,7 @@ Two implementations of one contract (`call(*tensors, *scalars)` → outputs or N
 used where the C++ one cannot be built. The generated wrapper passes the Args-field tensors first, in
 field order (None for an omitted one), then the other arguments in call order.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -64,8 +65,17 @@ class FastPath:
         entry, index = self.module.entry_for(device, key)
         allocate = tuple((slot, o) for slot, o in zip(self.outputs, outputs) if given[slot] is None)
         skip = any(o.numel() == 0 for o in outputs)
-        plan = (key, bytes(args), self.offsets, allocate, self.outputs, len(self.outputs) > 1, skip,
-                ctypes.cast(entry, ctypes.c_void_p).value, index)
+        plan = (
+            key,
+            bytes(args),
+            self.offsets,
+            allocate,
+            self.outputs,
+            len(self.outputs) > 1,
+            skip,
+            ctypes.cast(entry, ctypes.c_void_p).value,
+            index,
+        )
         if self.impl is None:
             ext = hostext.load()
             self.impl = (ext.Family if ext else PyFastPath)(self.n_tensors, self.align, _on_error)
@@ -126,7 +136,7 @@ class PyFastPath:
 
 
 class _PyPlan:
-    __slots__ = ("key", "buf", "cells", "allocate", "returns", "as_tuple", "skip", "entry", "device")
+    __slots__ = ("allocate", "as_tuple", "buf", "cells", "device", "entry", "key", "returns", "skip")
 
     def __init__(self, plan: tuple):
         key, args, offsets, allocate, self.returns, self.as_tuple, self.skip, entry, self.device = plan
@@ -134,8 +144,15 @@ class _PyPlan:
         self.buf = ctypes.create_string_buffer(args, len(args))
         self.cells = tuple((ctypes.c_void_p.from_buffer(self.buf, off), slot) for off, slot in offsets)
         self.allocate = tuple((slot, tuple(o.shape), o.stride(), o.dtype, o.device) for slot, o in allocate)
-        self.entry = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
-                                      ctypes.c_char_p, ctypes.c_size_t)(entry)
+        self.entry = ctypes.CFUNCTYPE(
+            ctypes.c_int,
+            ctypes.c_int64,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        )(entry)
 
     def run(self, args: tuple, on_error):
         ts = list(args)

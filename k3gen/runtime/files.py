@@ -5,6 +5,7 @@ compile-cost tables all go through `write_if_changed`, so an unchanged file keep
 rebuilds nothing; `locked` serializes builds of one cache entry and runs of `k3gen compile` into one
 directory, across threads and processes. Standard library only: the runtime imports it.
 """
+
 from __future__ import annotations
 
 import contextlib

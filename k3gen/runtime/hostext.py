@@ -11,6 +11,7 @@ Lookup order: a prebuilt library that `k3gen package` put beside this file (preb
 the content key: source, flags, torch version and Python ABI, so a serving machine without a
 compiler can match it), then the JIT cache, then a build (never under K3GEN_NO_JIT=1).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -40,11 +41,26 @@ _state: dict = {}
 def _command(torch, out: Path) -> list[str]:
     root = Path(torch.__file__).parent
     gpu_lib = "torch_hip" if torch.version.hip else "torch_cuda"
-    return [os.environ.get("CXX", "c++"), "-O2", "-std=c++17", "-fPIC", "-shared", "-w",
-            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-            f"-I{root / 'include'}", f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(out),
-            f"-L{root / 'lib'}", "-lc10", "-ltorch_cpu", f"-l{gpu_lib}", "-ltorch_python",
-            f"-Wl,-rpath,{root / 'lib'}"]
+    return [
+        os.environ.get("CXX", "c++"),
+        "-O2",
+        "-std=c++17",
+        "-fPIC",
+        "-shared",
+        "-w",
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+        f"-I{root / 'include'}",
+        f"-I{sysconfig.get_paths()['include']}",
+        str(SOURCE),
+        "-o",
+        str(out),
+        f"-L{root / 'lib'}",
+        "-lc10",
+        "-ltorch_cpu",
+        f"-l{gpu_lib}",
+        "-ltorch_python",
+        f"-Wl,-rpath,{root / 'lib'}",
+    ]
 
 
 def content_key(torch) -> str:
@@ -52,8 +68,13 @@ def content_key(torch) -> str:
     paths = ("-I", "-L", "-Wl,-rpath", "-o", "<out>", str(SOURCE))
     flags = [f for f in _command(torch, Path("<out>"))[1:] if not f.startswith(paths)]
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), "\0".join(flags).encode(), torch.__version__.encode(),
-                 str(torch.version.cuda or torch.version.hip).encode(), sysconfig.get_config_var("SOABI").encode()):
+    for part in (
+        SOURCE.read_bytes(),
+        "\0".join(flags).encode(),
+        torch.__version__.encode(),
+        str(torch.version.cuda or torch.version.hip).encode(),
+        sysconfig.get_config_var("SOABI").encode(),
+    ):
         h.update(part + b"\0")
     return h.hexdigest()[:32]
 
@@ -79,8 +100,9 @@ def compile_to(torch, lib: Path) -> Path:
         try:
             r = subprocess.run(_command(torch, stage / lib.name), capture_output=True, text=True, timeout=300)
             if r.returncode != 0:
-                raise OSError(f"{_command(torch, lib)[0]} exited {r.returncode}: "
-                              f"{(r.stderr or r.stdout).strip()[-400:]}")
+                raise OSError(
+                    f"{_command(torch, lib)[0]} exited {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}"
+                )
             write_if_changed(lib, (stage / lib.name).read_bytes(), atomic=True)  # never half a library
         finally:
             shutil.rmtree(stage, ignore_errors=True)

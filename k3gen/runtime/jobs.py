@@ -6,8 +6,10 @@ records it per arch in <cache>/compile_memory.json; JIT builds and later compile
 read it. Until a compile has measured an arch, a unit is assumed to peak at DEFAULT_PEAK. $K3GEN_JOBS
 (or `-j`) overrides the whole rule. Standard library only.
 """
+
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -39,11 +41,12 @@ def record_peak(arch: str, peak: int) -> None:
     """Remember the peak of one unit for arch (the larger of the old and new measures: stay safe)."""
     peaks = recorded_peaks()
     peaks[arch] = max(peak, peaks.get(arch, 0))
-    try:
-        write_if_changed(peak_path(), json.dumps({"format": 1, "peak_unit_bytes": dict(sorted(peaks.items()))},
-                                                 indent=1) + "\n", atomic=True)
-    except OSError:
-        pass  # an unwritable cache only loses the measurement
+    with contextlib.suppress(OSError):  # an unwritable cache only loses the measurement
+        write_if_changed(
+            peak_path(),
+            json.dumps({"format": 1, "peak_unit_bytes": dict(sorted(peaks.items()))}, indent=1) + "\n",
+            atomic=True,
+        )
 
 
 def children_peak() -> int:

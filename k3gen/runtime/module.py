@@ -1,5 +1,6 @@
 """One family's compiled module: which arch the device is, build or load it (the family or one
 variant), launch through the C ABI, and record what was launched ($K3GEN_RECORD)."""
+
 from __future__ import annotations
 
 import ctypes
@@ -44,8 +45,7 @@ class FamilyModule:
     exactly those.
     """
 
-    def __init__(self, family: str, args: type, sources: dict, headers: dict, arch_defines: dict,
-                 package_file: str):
+    def __init__(self, family: str, args: type, sources: dict, headers: dict, arch_defines: dict, package_file: str):
         self.family = family
         self.entry = f"k3_{family}_launch"
         self.args_type = args
@@ -73,18 +73,27 @@ class FamilyModule:
 
     def request(self, arch: str) -> BuildRequest:
         backend = "hip" if arch.startswith("gfx") else "cuda"
-        return BuildRequest(self.family, arch, self.csrc, tuple(self.sources[backend]),
-                            tuple(self.headers[backend]), tuple(self.arch_defines[arch]))
+        return BuildRequest(
+            self.family,
+            arch,
+            self.csrc,
+            tuple(self.sources[backend]),
+            tuple(self.headers[backend]),
+            tuple(self.arch_defines[arch]),
+        )
 
     def _check_arch(self, arch: str | None) -> None:
         if arch in self.archs():
             return
         if arch in self.arch_defines:  # a target of the spec that this package was not built for
-            raise K3BuildError(f"{self.family}: this GPU is {arch}, and this k3kernels package was built for "
-                               f"{', '.join(self.prebuilt_archs) or 'no arch of this family'}; install the "
-                               f"package built for {arch} (`k3gen package --arch {arch}`)")
-        raise K3BuildError(f"{self.family}: device arch {arch or '(no GPU)'} is not a target; "
-                           f"targets: {', '.join(self.archs())}")
+            raise K3BuildError(
+                f"{self.family}: this GPU is {arch}, and this k3kernels package was built for "
+                f"{', '.join(self.prebuilt_archs) or 'no arch of this family'}; install the "
+                f"package built for {arch} (`k3gen package --arch {arch}`)"
+            )
+        raise K3BuildError(
+            f"{self.family}: device arch {arch or '(no GPU)'} is not a target; targets: {', '.join(self.archs())}"
+        )
 
     def build(self, device=None):
         """Build (or load from the cache) the module for the device's arch. Raises on any failure."""
@@ -104,8 +113,7 @@ class FamilyModule:
             fn = getattr(lib, symbol)
         except AttributeError:
             raise K3BuildError(f"{self.family}: {path} has no entry {symbol}") from None
-        fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
-                       ctypes.c_size_t]
+        fn.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
         fn.restype = ctypes.c_int
         return fn
 
@@ -145,8 +153,9 @@ class FamilyModule:
             record_launch(self.family, variant, arch, key)
             fn = self._fns.get(arch)
             if fn is None:
-                req, path = ensure_any([family, family.variant_request(variant)],
-                                       what=f"{self.family} variant {variant} (key {key:#x})")
+                req, path = ensure_any(
+                    [family, family.variant_request(variant)], what=f"{self.family} variant {variant} (key {key:#x})"
+                )
                 fn = self._load(path, req.entry_symbol)
                 if req.variant is None:
                     self._fns[arch] = fn
@@ -198,5 +207,6 @@ def raise_launch_error(rc: int, message: bytes) -> None:
 
 # The current stream of a device, as the raw pointer the C entry takes (read per call, so CUDA
 # graph capture sees its capture stream); torch's private accessor is 15x cheaper than the public one.
-raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
-    (lambda index: torch.cuda.current_stream(index).cuda_stream)
+raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream
+)

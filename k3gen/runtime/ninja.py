@@ -7,6 +7,7 @@ Objects carry nvcc/clang depfiles (-MD -MF), so an edited header rebuilds the un
 A library is linked to a temporary name and renamed, so a process that already loaded the previous
 one never sees its file change under it.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -40,8 +41,16 @@ def command(args: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in args).replace("$", "$$")
 
 
-def library_edges(sources: list[Path], compiler: str, cflags: list[str], lflags: list[str], prefix: str,
-                  label: str, obj_dir: str | None = None, have: set | None = None) -> tuple[list[str], str]:
+def library_edges(
+    sources: list[Path],
+    compiler: str,
+    cflags: list[str],
+    lflags: list[str],
+    prefix: str,
+    label: str,
+    obj_dir: str | None = None,
+    have: set | None = None,
+) -> tuple[list[str], str]:
     """(lines, library path): one compile edge per source into <prefix>obj/ (or obj_dir), one link
     into <prefix>lib.so. Objects in `have` already have their edge (a variant library links the object
     its family's library compiles); the objects emitted here are added to it."""
@@ -55,16 +64,26 @@ def library_edges(sources: list[Path], compiler: str, cflags: list[str], lflags:
         if obj in have:
             continue
         have.add(obj)
-        lines += [f"build {path(obj)}: compile {path(src)}", f"  cxx = {cc}", f"  cflags = {cf}",
-                  f"  desc = {label} {src.name}"]
+        lines += [
+            f"build {path(obj)}: compile {path(src)}",
+            f"  cxx = {cc}",
+            f"  cflags = {cf}",
+            f"  desc = {label} {src.name}",
+        ]
     lib = f"{prefix}{LIB}"
-    lines += [f"build {path(lib)}: link {' '.join(path(o) for o in objs)}", f"  cxx = {cxx}",
-              f"  ldflags = {lf}", f"  desc = {label}", ""]
+    lines += [
+        f"build {path(lib)}: link {' '.join(path(o) for o in objs)}",
+        f"  cxx = {cxx}",
+        f"  ldflags = {lf}",
+        f"  desc = {label}",
+        "",
+    ]
     return lines, lib
 
 
-def run(build_dir: Path, jobs: int | str | None, *, capture: bool, keep_going: bool = False,
-        targets: list[str] = ()) -> subprocess.CompletedProcess:
+def run(
+    build_dir: Path, jobs: int | str | None, *, capture: bool, keep_going: bool = False, targets: list[str] = ()
+) -> subprocess.CompletedProcess:
     cmd = [find_ninja(), "-C", str(build_dir)]
     cmd += ["-j", str(jobs)] if jobs else []
     cmd += ["-k", "0"] if keep_going else []

@@ -1,4 +1,5 @@
 """Find the device compiler and ninja, and spell the compile and link commands for one arch."""
+
 from __future__ import annotations
 
 import functools
@@ -14,7 +15,7 @@ def backend_of(arch: str) -> str:
     return "hip" if arch.startswith("gfx") else "cuda"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find_compiler(backend: str) -> str:
     if backend == "cuda":
         env, names = "K3GEN_NVCC", ["nvcc"]
@@ -27,8 +28,10 @@ def find_compiler(backend: str) -> str:
         # An explicit choice is never silently replaced by another compiler found on PATH.
         found = shutil.which(chosen)
         if found is None:
-            raise K3ToolchainMissing(f"k3gen: {env}={chosen} is not an executable file; point {env} at the "
-                                     "compiler, or unset it to search PATH")
+            raise K3ToolchainMissing(
+                f"k3gen: {env}={chosen} is not an executable file; point {env} at the "
+                "compiler, or unset it to search PATH"
+            )
         return found
     for name in names:
         if found := shutil.which(name):
@@ -40,7 +43,7 @@ def find_compiler(backend: str) -> str:
     raise K3ToolchainMissing(f"k3gen: {what} not found; install it, put it on PATH, or set {env}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find_ninja() -> str:
     if found := shutil.which("ninja"):
         return found
@@ -52,7 +55,7 @@ def find_ninja() -> str:
         raise K3ToolchainMissing("k3gen: ninja not found; `pip install ninja` or install it on PATH") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiler_version(compiler: str) -> str:
     """The compiler's own version text: part of every cache key."""
     try:
@@ -94,9 +97,11 @@ _NO_ROCM_DEVICE_LIBS = "cannot find ROCm device library"
 def explain_failure(output: str, arch: str) -> str | None:
     """One line naming what is missing, for a build that failed for want of a part of the toolchain."""
     if _NO_ROCM_DEVICE_LIBS in output:
-        return (f"k3gen: building for {arch} needs the ROCm device libraries (clang: \"{_NO_ROCM_DEVICE_LIBS}\"), "
-                "which are not installed: install them (apt-get install rocm-device-libs, or a ROCm install) and "
-                "set ROCM_PATH (or K3GEN_HIPCC=$ROCM_PATH/bin/hipcc) if they are not under /opt/rocm; without "
-                "them only device code compiles (clang --cuda-device-only -nogpulib), which is what CI checks "
-                "for HIP")
+        return (
+            f'k3gen: building for {arch} needs the ROCm device libraries (clang: "{_NO_ROCM_DEVICE_LIBS}"), '
+            "which are not installed: install them (apt-get install rocm-device-libs, or a ROCm install) and "
+            "set ROCM_PATH (or K3GEN_HIPCC=$ROCM_PATH/bin/hipcc) if they are not under /opt/rocm; without "
+            "them only device code compiles (clang --cuda-device-only -nogpulib), which is what CI checks "
+            "for HIP"
+        )
     return None

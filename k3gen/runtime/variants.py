@@ -7,11 +7,12 @@ unit includes are followed through `#include "..."` exactly as the generator doe
 unit (k3gen.identity), so a variant library's content key is the unit key `k3gen list` shows.
 Standard library only.
 """
+
 from __future__ import annotations
 
 import posixpath
 import re
-from typing import Callable
+from collections.abc import Callable
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 _CASE = re.compile(r"^\s*case (0x[0-9a-f]+): return ([A-Za-z_][A-Za-z0-9_]*)\(", re.M)
