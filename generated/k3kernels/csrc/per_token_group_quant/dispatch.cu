@@ -61,7 +61,6 @@ int per_token_group_quant__in_fp32__group_size_128__scale_format_fp32_col__fuse_
 int per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 int per_token_group_quant__in_fp32__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_on(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 
-k3::Tuning tuning;
 }  // namespace k3_per_token_group_quant
 
 extern "C" int k3_per_token_group_quant_launch(int64_t key, const k3_per_token_group_quant::Args* a, void* stream, int device, char* err, size_t err_len) {

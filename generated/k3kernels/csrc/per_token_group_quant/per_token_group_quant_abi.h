@@ -18,7 +18,8 @@ constexpr int scale_format_fp32_row = 0;
 constexpr int scale_format_fp32_col = 1;
 constexpr int scale_format_ue8m0 = 2;
 
-extern k3::Tuning tuning;
+// One per library (an inline variable): the family's, or a variant's built alone for a first call.
+inline k3::Tuning tuning;
 
 struct Args {
   const void* x;

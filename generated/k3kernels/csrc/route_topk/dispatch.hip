@@ -10,7 +10,6 @@ int route_topk__score_bf16__bias_fp32(const Args& a, k3_stream_t stream, char* e
 int route_topk__score_bf16__bias_bf16(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 int route_topk__score_fp32__bias_fp32(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 
-k3::Tuning tuning;
 }  // namespace k3_route_topk
 
 extern "C" int k3_route_topk_launch(int64_t key, const k3_route_topk::Args* a, void* stream, int device, char* err, size_t err_len) {

@@ -16,7 +16,8 @@ constexpr int top_k = 16;
 constexpr int max_tokens = 1024;
 constexpr int block_threads = 256;
 
-extern k3::Tuning tuning;
+// One per library (an inline variable): the family's, or a variant's built alone for a first call.
+inline k3::Tuning tuning;
 
 struct Args {
   const void* scores;

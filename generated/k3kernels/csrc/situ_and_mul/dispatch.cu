@@ -15,7 +15,6 @@ int situ_and_mul__in_fp32__out_bf16__has_linear_beta_on(const Args& a, k3_stream
 int situ_and_mul__in_fp32__out_fp32__has_linear_beta_off(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 int situ_and_mul__in_fp32__out_fp32__has_linear_beta_on(const Args& a, k3_stream_t stream, char* err, size_t err_len);
 
-k3::Tuning tuning;
 }  // namespace k3_situ_and_mul
 
 extern "C" int k3_situ_and_mul_launch(int64_t key, const k3_situ_and_mul::Args* a, void* stream, int device, char* err, size_t err_len) {

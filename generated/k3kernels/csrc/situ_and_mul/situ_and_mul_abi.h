@@ -13,7 +13,8 @@ namespace k3_situ_and_mul {
 
 constexpr int block_threads = 256;
 
-extern k3::Tuning tuning;
+// One per library (an inline variable): the family's, or a variant's built alone for a first call.
+inline k3::Tuning tuning;
 
 struct Args {
   const void* x;
