@@ -278,13 +278,17 @@ def test_multi_output_families_and_str_scalars_cache_correctly(host_path):
         got = route_topk.route_topk(scores, bias, 16)
         assert isinstance(got, tuple) and all(torch.equal(g, w) for g, w in zip(got, want))
     x = torch.randn(8, 512, device="cuda").to(torch.bfloat16)
-    for fmt in ("ue8m0", "".join(["ue8", "m0"]), "fp32_row"):
+    for fmt in ("ue8m0", "".join(["ue8", "m0"]), "fp32_row", "fp32_col"):
         want = ptgq._FAST.run(*ptgq._resolve(x, 128, fmt))
         for _ in range(2):
             got = ptgq.per_token_group_quant(x, 128, fmt)
             assert all(torch.equal(g.view(torch.uint8), w.view(torch.uint8)) for g, w in zip(got, want)), fmt
-    if host_path == "cpp":
+    if host_path == "cpp":  # the C++ path allocates a call's outputs as one block, each 256-byte aligned
         assert type(ptgq._FAST.impl).__name__ == "Family"
+        q, scale = ptgq.per_token_group_quant(x, 128, "fp32_col")
+        assert q.untyped_storage().data_ptr() == scale.untyped_storage().data_ptr()
+        assert q.data_ptr() % 256 == 0 and scale.data_ptr() % 256 == 0 and q.data_ptr() != scale.data_ptr()
+        assert scale.stride() == want[1].stride() and not scale.is_contiguous()
 
 
 def test_the_cpp_path_is_keyed_without_paths_and_off_where_it_cannot_run(monkeypatch, tmp_path, caplog):

@@ -8,8 +8,8 @@ device, shape, a scalar) misses and is checked again. A family whose gates read 
 than as `T.ptr % N` has no alignment class, and its generated wrapper always takes the checked path.
 
 Two implementations of one contract (`call(*tensors, *scalars)` → outputs or None on a miss;
-`remember(plan, *tensors, *scalars)`): the C++ one (csrc/k3host.cpp, via hostext) and PyFastPath,
-used where the C++ one cannot be built. The generated wrapper passes the Args-field tensors first, in
+`remember(plan, *tensors, *scalars)`): the C++ one (csrc/k3host.cpp, via hostext; it allocates a
+call's outputs as views of one block) and PyFastPath, used where the C++ one cannot be built. The generated wrapper passes the Args-field tensors first, in
 field order (None for an omitted one), then the other arguments in call order.
 """
 

@@ -4,7 +4,8 @@
 // fallback (PyFastPath), without the interpreter: a call's signature (each tensor's dtype, shape,
 // strides, device and data pointer modulo the family's alignment; each scalar's type and value)
 // finds the plan the checked path (the generated `_resolve`) made for it; a hit allocates the
-// outputs with torch's CUDA allocator, patches the data pointers into a copy of the plan's Args
+// outputs (one allocation from torch's CUDA caching allocator, each output a tensor at a 256-byte
+// aligned offset of it), patches the data pointers into a copy of the plan's Args
 // bytes and calls the family's C entry on the current stream. A miss returns None and the wrapper
 // takes the checked path, so nothing is ever served that was not checked for this signature.
 //
@@ -14,6 +15,7 @@
 #include <Python.h>
 
 #include <ATen/core/TensorBase.h>
+#include <c10/core/ScalarType.h>
 #include <ATen/cuda/EmptyTensor.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -38,7 +40,10 @@ struct Output {
   int slot;
   std::vector<int64_t> sizes, strides;
   c10::ScalarType dtype;
+  int64_t offset = 0;  // in elements, into the call's one output block
 };
+
+constexpr int64_t kOutputAlign = 256;  // each output starts on this boundary of the block
 
 struct Plan {
   int64_t key = 0;
@@ -47,6 +52,7 @@ struct Plan {
   std::vector<Output> allocate;             // outputs the caller did not pass
   std::vector<int> returns;                 // tensor slots returned, in order
   std::vector<PyObject*> strings;           // str scalars (the signature holds only their hash)
+  int64_t block_bytes = 0;                  // all outputs of a call, in one allocation
   bool as_tuple = false, skip = false;
   Entry entry = nullptr;
   int device = 0;
@@ -163,10 +169,18 @@ PyObject* family_call(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   const void* ptrs[kMaxTensors];
   try {
     for (int i = 0; i < f->n_tensors; ++i) ptrs[i] = impls[i] ? impls[i]->data() : nullptr;
-    for (const Output& o : plan.allocate) {
-      made[o.slot] = at::detail::empty_strided_cuda(o.sizes, o.strides, o.dtype,
-                                                    c10::Device(c10::DeviceType::CUDA, plan.device));
-      ptrs[o.slot] = made[o.slot].const_data_ptr();
+    if (!plan.allocate.empty()) {
+      // One allocation holds every output the caller did not pass, each a tensor of its own at an
+      // aligned offset: one trip to the caching allocator instead of one per output.
+      at::TensorBase block = at::detail::empty_strided_cuda({plan.block_bytes}, {1}, c10::ScalarType::Byte,
+                                                            c10::Device(c10::DeviceType::CUDA, plan.device));
+      for (const Output& o : plan.allocate) {
+        c10::Storage storage = block.storage();
+        made[o.slot] = at::detail::make_tensor_base<c10::TensorImpl>(
+            std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CUDA), caffe2::TypeMeta::fromScalarType(o.dtype));
+        made[o.slot].unsafeGetTensorImpl()->set_sizes_and_strides(o.sizes, o.strides, o.offset);
+        ptrs[o.slot] = made[o.slot].const_data_ptr();
+      }
     }
     if (!plan.skip) {
       alignas(16) char buf[512];
@@ -227,6 +241,7 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   std::vector<int64_t> sig;
   c10::TensorImpl* impls[kMaxTensors];
   Plan plan;
+  if (f->align > kOutputAlign) Py_RETURN_FALSE;  // outputs in the block are only this aligned
   if (!signature(f, args + 1, n - 1, sig, impls, &plan.strings)) Py_RETURN_FALSE;
   // plan: (key, args bytes, ((offset, slot), ...), ((slot, example output), ...),
   //        (return slots...), as_tuple, skip, entry address, device index)
@@ -248,6 +263,19 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
       plan.allocate.push_back({static_cast<int>(PyLong_AsLong(PyTuple_GetItem(o, 0))), t->sizes().vec(),
                                t->strides().vec(), t->dtype().toScalarType()});
     }
+    for (Output& o : plan.allocate) {  // the block's layout: each output at an aligned offset
+      const int64_t item = static_cast<int64_t>(c10::elementSize(o.dtype));
+      int64_t extent = 1;
+      for (size_t d = 0; d < o.sizes.size(); ++d) {
+        if (o.sizes[d] == 0) extent = 0;
+        if (extent) extent += (o.sizes[d] - 1) * o.strides[d];
+      }
+      const int64_t start = (plan.block_bytes + kOutputAlign - 1) / kOutputAlign * kOutputAlign;
+      if (start % item) throw std::runtime_error("an output's element size does not divide the block alignment");
+      o.offset = start / item;
+      plan.block_bytes = start + extent * item;
+    }
+    if (plan.block_bytes == 0) plan.block_bytes = 1;
     for (int64_t s : int_list(returns)) plan.returns.push_back(static_cast<int>(s));
     plan.as_tuple = PyObject_IsTrue(as_tuple);
     plan.skip = PyObject_IsTrue(skip);
