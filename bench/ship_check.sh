@@ -35,13 +35,15 @@ WHEEL=$(ls "$W"/dist/k3kernels-*.whl 2>/dev/null | head -1)
 # 2. a clean environment without a compiler
 say "== 2. installed wheel, nvcc hidden, K3GEN_NO_JIT=1: every family's generated GPU tests"
 SERVE_PYTHONPATH=
-if python3 -m venv --system-site-packages --without-pip "$W/venv" > "$LOGS/install.log" 2>&1; then
+# A venv sees torch and pytest only when they are the base interpreter's (not another venv's).
+if python3 -m venv --system-site-packages --without-pip "$W/venv" > "$LOGS/install.log" 2>&1 \
+    && "$W/venv/bin/python" -c "import torch, pytest" >> "$LOGS/install.log" 2>&1; then
   VPY=$W/venv/bin/python
   SITE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   # pip older than 22.3 has no --python: then install into the venv's site-packages directly.
   python3 -m pip --python "$VPY" install -q --no-deps --no-index "$WHEEL" >> "$LOGS/install.log" 2>&1 \
     || python3 -m pip install -q --no-deps --no-index --target "$SITE" "$WHEEL" >> "$LOGS/install.log" 2>&1
-else  # no venv module: a target folder on PYTHONPATH is the clean environment
+else  # no venv module, or torch lives in another venv: a target folder on PYTHONPATH is the clean environment
   VPY=python3; SITE=$W/site; SERVE_PYTHONPATH=$SITE
   python3 -m pip install -q --no-deps --no-index --target "$SITE" "$WHEEL" >> "$LOGS/install.log" 2>&1
 fi
@@ -63,10 +65,12 @@ from k3gen.runtime import hostext
 print("C++ call path:", hostext.load())  # the wheel's prebuilt one: no compiler here
 PY
 s=$(date +%s)
-serve timeout "${TEST_TIMEOUT:-240}" "$VPY" -m pytest tests -p no:cacheprovider -q > "$LOGS/wheel_gpu_tests.log" 2>&1
+serve timeout "${TEST_TIMEOUT:-240}" "$VPY" -m pytest tests -p no:cacheprovider -q -o addopts="" \
+  ${WHEEL_TESTS_K:+-k "$WHEEL_TESTS_K"} > "$LOGS/wheel_gpu_tests.log" 2>&1
 say "wheel GPU tests: $(tail -1 "$LOGS/wheel_gpu_tests.log") ($(( $(date +%s) - s ))s)"
 say "JIT cache after the run (must be empty): $(find "$W/empty-cache" -name lib.so | wc -l) libraries"
 
+if [ -z "${SKIP_FIRST_CALL:-}" ]; then  # SKIP_FIRST_CALL=1: a rerun that needs only steps 1-3
 # 3a. a first call builds only its variant (fresh caches; entry_for(device, key) is what a launch takes)
 say "== 3a. first call: one variant vs the whole family, fresh JIT caches"
 PYTHONPATH=$ROOT:$ROOT/generated K3GEN_AOT_DIR="$W/none" python3 - "$W" <<'PY' 2>&1 | tee -a "$S"
@@ -82,6 +86,7 @@ for fam in (f1, f2):
     print(f"  {fam.FAMILY}: first call (one variant) {one:.2f}s; build() of the family ({len(fam.VARIANTS)} variants) {whole:.2f}s")
 PY
 
+fi
 # 3. record -> compile --from-record -> serve
 say "== 3. record, warm exactly that, serve without a compiler"
 cat > "$W/workload.py" <<'PY'
