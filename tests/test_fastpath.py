@@ -282,7 +282,11 @@ def test_multi_output_families_and_str_scalars_cache_correctly(host_path):
         want = ptgq._FAST.run(*ptgq._resolve(x, 128, fmt))
         for _ in range(2):
             got = ptgq.per_token_group_quant(x, 128, fmt)
-            assert all(torch.equal(g.view(torch.uint8), w.view(torch.uint8)) for g, w in zip(got, want)), fmt
+            same = [
+                torch.equal(g.contiguous().view(torch.uint8), w.contiguous().view(torch.uint8))
+                for g, w in zip(got, want)
+            ]
+            assert all(same) and [g.stride() for g in got] == [w.stride() for w in want], fmt
     if host_path == "cpp":  # the C++ path allocates a call's outputs as one block, each 256-byte aligned
         assert type(ptgq._FAST.impl).__name__ == "Family"
         q, scale = ptgq.per_token_group_quant(x, 128, "fp32_col")
