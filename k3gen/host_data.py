@@ -16,8 +16,12 @@ from .spellings import torch_dtype
 def host_module_data(p: FamilyPlan, sources: dict, headers: dict, pointers: list[str], outputs: list[str]) -> dict:
     """Every data value host.py.j2 writes, by its name in the generated module."""
     s = p.spec
-    defaults = {
-        f"DEFAULT_{axis.upper()}": {Name(torch_dtype(a)): Name(torch_dtype(b)) for a, b in d.map.items()}
+    defaults = {  # name -> (axis, the axis it derives from, table)
+        f"DEFAULT_{axis.upper()}": (
+            axis,
+            d.from_,
+            {Name(torch_dtype(a)): Name(torch_dtype(b)) for a, b in d.map.items()},
+        )
         for axis, d in s.dtypes.defaults.items()
     }
     variants = {}

@@ -28,7 +28,7 @@ EXCLUDED = {
     ("fp16", "fp32"): "a widening output doubles write traffic; no consumer asks for it",
     ("fp32", "fp16"): "fp32 GEMM outputs feed bf16 runners; fp16 is not a runner dtype",
 }
-# The default dtype of an omitted output (DEFAULT_OUT), by the dtype it derives from.
+# Default `out` dtype, derived from the `in` dtype.
 DEFAULT_OUT = {torch.bfloat16: torch.bfloat16, torch.float16: torch.float16, torch.float32: torch.bfloat16}
 # (in, out, has_linear_beta) -> (switch key, elements per vector access)
 VARIANTS = {

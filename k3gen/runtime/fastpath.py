@@ -9,8 +9,9 @@ than as `T.ptr % N` has no alignment class, and its generated wrapper always tak
 
 Two implementations of one contract (`call(*tensors, *scalars)` → outputs or None on a miss;
 `remember(plan, *tensors, *scalars)`): the C++ one (csrc/k3host.cpp, via hostext; it allocates a
-call's outputs as views of one block) and PyFastPath, used where the C++ one cannot be built. The generated wrapper passes the Args-field tensors first, in
-field order (None for an omitted one), then the other arguments in call order.
+call's outputs as views of one block) and PyFastPath, used where the C++ one cannot be built.
+The generated wrapper passes the Args-field tensors first, in field order (None for an omitted
+one), then the other arguments in call order.
 """
 
 from __future__ import annotations
