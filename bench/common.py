@@ -1,4 +1,5 @@
 """Timing helpers for the benchmarks: CUDA graphs, medians, a same-size device copy as the ceiling."""
+
 from __future__ import annotations
 
 import statistics
@@ -45,13 +46,16 @@ def copy_us(nbytes_moved: int) -> float:
 
 def measure(kernel, compiled, nbytes: int, **fields) -> dict:
     """One row: the kernel, torch.compile of the oracle, and a copy of the same bytes, in this run."""
-    return record(**fields, bytes=nbytes, us=time_graph_us(kernel), copy_us=copy_us(nbytes),
-                  compile_us=time_graph_us(compiled))
+    return record(
+        **fields, bytes=nbytes, us=time_graph_us(kernel), copy_us=copy_us(nbytes), compile_us=time_graph_us(compiled)
+    )
 
 
 def bandwidth_verdict(r: dict, ok: bool, width: int) -> str:
-    return (f"{'ok  ' if ok else 'MISS'} {r['dtypes']:>{width}} M={r['M']:<6} {r['us']:8.2f} us {r['gbps']:7.0f} GB/s "
-            f"copy {r['ratio_to_copy']:5.1%}  vs compile x{r['speedup_vs_compile']:.2f}")
+    return (
+        f"{'ok  ' if ok else 'MISS'} {r['dtypes']:>{width}} M={r['M']:<6} {r['us']:8.2f} us {r['gbps']:7.0f} GB/s "
+        f"copy {r['ratio_to_copy']:5.1%}  vs compile x{r['speedup_vs_compile']:.2f}"
+    )
 
 
 def record(**kw) -> dict:

@@ -6,6 +6,7 @@ Times each call on its own (perf_counter_ns) and reports the median over `--call
 torch.sigmoid and torch.topk timed the same way in the same process, so the ratio is machine-free.
 Imports k3kernels from PYTHONPATH: point it at another checkout to time that one's wrappers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,8 @@ def calls() -> dict:
         out["situ_and_mul"] = lambda: fam["situ_and_mul"].situ_and_mul(x7168, 4.0, 2.0)
     if "per_token_group_quant" in fam:
         out["per_token_group_quant"] = lambda: fam["per_token_group_quant"].per_token_group_quant(
-            x7168, group_size=128, scale_format="ue8m0")
+            x7168, group_size=128, scale_format="ue8m0"
+        )
     if "route_topk" in fam:
         out["route_topk"] = lambda: fam["route_topk"].route_topk(s896, b896, 16)
     if "route_topk_e256" in fam:
