@@ -79,6 +79,20 @@ class Expr:
     # matter to this expression only modulo their lcm (the wrapper's fast path keys on that).
     ptr_moduli: tuple[int, ...] | None = ()
 
+    @property
+    def python_rhs(self) -> str:
+        """`python` without the parentheses around all of it, as the right side of an assignment
+        (where ruff format drops them); `python` itself stays safe to embed, e.g. after `not`."""
+        text = self.python
+        while text.startswith("(") and text.endswith(")"):
+            depth = 0
+            for i, c in enumerate(text):
+                depth += {"(": 1, ")": -1}.get(c, 0)
+                if depth == 0 and i < len(text) - 1:  # the first parenthesis closes before the end
+                    return text
+            text = text[1:-1]
+        return text
+
 
 def parse_expr(source, scope: Scope) -> Expr:
     """Parse, resolve and type-check `source`; raise ExprError saying what is not allowed."""

@@ -58,7 +58,6 @@ def make_env(root: Path) -> jinja2.Environment:
     )
     env.globals["gate_values"] = lambda g: {n: pyformat.Name(n) for n in g.names}
     env.filters["wrap_lines"] = _wrap_lines
-    env.filters["bare"] = _bare
     env.filters["docstring"] = escape.docstring
     env.filters["comment"] = escape.one_line
     env.filters["md"] = escape.markdown
@@ -254,18 +253,6 @@ def _wrap_lines(text: str, depth: int) -> str:
         text, width=pyformat.LINE_LENGTH - len(pad) - 3, break_long_words=False, break_on_hyphens=False
     )
     return ("\n" + pad).join(lines)
-
-
-def _bare(expr: str) -> str:
-    """`expr` without parentheses that enclose all of it (ruff format drops them on an assignment)."""
-    while expr.startswith("(") and expr.endswith(")"):
-        depth = 0
-        for i, c in enumerate(expr):
-            depth += {"(": 1, ")": -1}.get(c, 0)
-            if depth == 0 and i < len(expr) - 1:
-                return expr
-        expr = expr[1:-1]
-    return expr
 
 
 def fast_path_args(p: FamilyPlan, pointers: list[str], names: list[str]) -> list[str]:

@@ -140,3 +140,15 @@ def test_floor_division_agrees_in_python_and_cpp(tmp_path):
     assert got == ["1"] * len(PAIRS)  # every gate holds in C++, as it does in Python by construction
     for (a, _), g in zip(PAIRS, gates):
         assert eval(g.python, {}, {"M": a}) is True  # rendered from our own literal source
+
+
+def test_python_rhs_drops_only_parentheses_around_all_of_it():
+    from k3gen.exprs import Expr
+
+    def rhs(py: str) -> str:
+        return Expr(source="", python=py, cpp=None, names=()).python_rhs
+
+    assert rhs("(x.shape[1] // 2)") == "x.shape[1] // 2"
+    assert rhs("((a is not None))") == "a is not None"
+    assert rhs("(a + 1) * (b + 1)") == "(a + 1) * (b + 1)"  # two groups: nothing encloses it all
+    assert rhs("M") == "M"
