@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from k3gen.exprs import MAX_DEPTH, MAX_SOURCE, ExprError, Name, Scope, constant, parse_expr
+from k3gen.exprs import MAX_DEPTH, MAX_SOURCE, Expr, ExprError, Name, Scope, constant, parse_expr
 
 ROOT = Path(__file__).resolve().parents[1]
 GATE = Scope(
@@ -143,8 +143,6 @@ def test_floor_division_agrees_in_python_and_cpp(tmp_path):
 
 
 def test_python_rhs_drops_only_parentheses_around_all_of_it():
-    from k3gen.exprs import Expr
-
     def rhs(py: str) -> str:
         return Expr(source="", python=py, cpp=None, names=()).python_rhs
 
