@@ -25,10 +25,9 @@ from .spellings import (
     host_tensors,
     matrix_text,
     torch_dtype,
-    variant_keys,
     wrapper_signature,
 )
-from .test_data import oracle_spec, runner_test_data, test_dims, test_module_data
+from .test_data import oracle_spec, runner_test_data, test_module_data
 
 # One kernel header serves both backends: k3_backend.h picks the primitives (warp width, shuffles,
 # scans, conversions) from the compiler's own macros; only the translation units differ per backend.
@@ -177,11 +176,7 @@ def render_family(env: jinja2.Environment, p: FamilyPlan, families: dict | None 
         common,
         sources={b: kernel_sources(p, b) for b in p.backends},
         headers={b: kernel_headers(p, b) for b in p.backends},
-        torch_dtype=torch_dtype,
-        dims=test_dims(p),
         call=wrapper_signature(p),
-        variant_keys=variant_keys(p),
-        oracle_spec=oracle_spec(p),
         tensors=host_tensors(p),
         dtype_bindings=dtype_bindings(p),
         outputs=[n for n, t in p.spec.signature.tensors.items() if t.output],

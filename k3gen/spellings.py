@@ -134,16 +134,6 @@ def dtype_bindings(p: FamilyPlan) -> list[tuple[str, str, str | None]]:
     return out
 
 
-def variant_keys(p: FamilyPlan) -> list[tuple[str, Variant]]:
-    """Python spelling of each variant's lookup tuple: (torch.bfloat16, torch.bfloat16, True)."""
-    out = []
-    for v in p.variants:
-        parts = [torch_dtype(d) for d in v.dtypes.values()] + [repr(x) for x in v.params.values()]
-        parts += [repr(b) for b in v.flags.values()]
-        out.append(("(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")", v))
-    return out
-
-
 def host_tensors(p: FamilyPlan) -> list[dict]:
     """Per tensor, inputs first: its checks and its (condition, dtype, shape, spelled shape, layout) cases."""
     s = p.spec
