@@ -1030,6 +1030,57 @@ ENCODING = [
 
 RT = "route_topk.yaml"
 ROUTING = [
+    # Tuning knobs (issue 13) are constants' names and numbers; the runner check's call (issue 11)
+    # is dims and scalars by name with numbers: a payload in either is refused where it stands.
+    R(
+        "routing",
+        "tuning-knob-value-payload",
+        append('tuning: {knobs: {block_threads: [256, "128); k3_pwned("]}, buckets: [1, 1024]}\n', file=RT),
+        EDITED,
+        "tuning",
+        file=RT,
+        kind="front",
+    ),
+    R(
+        "routing",
+        "tuning-knob-name-payload",
+        append("tuning: {knobs: {\"__import__('os')\": [1, 2]}, buckets: [1, 1024]}\n", file=RT),
+        EDITED,
+        "tuning",
+        file=RT,
+        kind="front",
+    ),
+    R(
+        "routing",
+        "tuning-bucket-string",
+        append('tuning: {knobs: {block_threads: [256, 128]}, buckets: ["1; rm"]}\n', file=RT),
+        EDITED,
+        "tuning",
+        file=RT,
+        kind="front",
+    ),
+    R(
+        "routing",
+        "runner-check-scalar-payload",
+        sub(
+            "scalars: {beta: 4.0, linear_beta: 25.0}",
+            'scalars: {beta: "4.0); k3_pwned(", linear_beta: 25.0}',
+            file=RUNNERS,
+        ),
+        EDITED,
+        "dense_bf16_check",
+        file=RUNNERS,
+        kind="front",
+    ),
+    R(
+        "routing",
+        "runner-check-dim-name-payload",
+        sub("dims: {M: 64, D: 3584}", 'dims: {M: 64, "D); k3_pwned(": 3584}', file=RUNNERS),
+        EDITED,
+        "dense_bf16_check",
+        file=RUNNERS,
+        kind="front",
+    ),
     # The routing fields (issue 15) and the build budget (issue 11) are closed vocabularies and
     # numbers: no string of theirs reaches generated code, so a payload is refused where it stands.
     R(
