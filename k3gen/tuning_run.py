@@ -87,9 +87,21 @@ def time_graph_us(fn, replays: int) -> float:
     return statistics.median(times)
 
 
-def _oracle_errors(op, oracle, variant: dict, cases: list[str], buckets: list[int], shape: dict) -> list[str]:
+def _batches(oracle, variant: dict, buckets: list[int], shape: dict) -> dict:
+    """One random batch per bucket's bound M and the oracle's answer for it, made once per variant and
+    shared by every config: making a batch (CPU random numbers, up to 16384 x 14336 of them) and its
+    reference cost more than checking and timing a config on it."""
+    batches = {}
+    for m in buckets:
+        seed = zlib.crc32(repr(("tune", sorted(variant.items(), key=str), m)).encode())
+        args = oracle.make_args(variant, {"M": m, **shape}, "dense", seed)
+        batches[m] = (args, oracle.reference(variant, **args))
+    return batches
+
+
+def _oracle_errors(op, oracle, variant: dict, cases: list[str], batches: dict) -> list[str]:
     """Every way this config disagrees with the oracle: the spec's edge cases (as the generated tests run
-    them), then a random batch at every bucket's bound."""
+    them), then the random batch at every bucket's bound."""
     import torch
 
     errors = []
@@ -99,11 +111,9 @@ def _oracle_errors(op, oracle, variant: dict, cases: list[str], buckets: list[in
         except Exception as exc:
             if type(exc).__name__ not in ("Skipped", "SkipTest"):
                 errors.append(f"{name[5:]}: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
-    for m in buckets:
-        seed = zlib.crc32(repr(("tune", sorted(variant.items(), key=str), m)).encode())
-        args = oracle.make_args(variant, {"M": m, **shape}, "dense", seed)
+    for m, (args, want) in batches.items():
         try:
-            oracle.check(op(**args), oracle.reference(variant, **args), variant)
+            oracle.check(op(**args), want, variant)
         except Exception as exc:
             errors.append(f"M={m}: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
     torch.cuda.synchronize()
@@ -137,19 +147,18 @@ def tune_family(family: str, replays: int, min_gain: float, log) -> dict:
         for entry in data["variants"]:
             # as the generated tests build it: the variant, then the spec, then the backend's routing
             variant = {**entry["variant"], **data["oracle_spec"], **data["routing"].get(backend, {})}
+            batches = _batches(oracle, variant, buckets, shape)
             good = []
             for c, config in enumerate(configs):
                 force(c)
-                errors = _oracle_errors(op, oracle, variant, data["cases"], buckets, shape)
+                errors = _oracle_errors(op, oracle, variant, data["cases"], batches)
                 if errors:
                     discarded.append({"variant": entry["name"], "config": config, "errors": errors[:5]})
                     log(f"  {entry['name']} {config}: WRONG, discarded: {errors[0]}")
                 else:
                     good.append(c)
             rows = []
-            for m in buckets:
-                seed = zlib.crc32(repr(("time", entry["name"], m)).encode())
-                args = oracle.make_args(variant, {"M": m, **shape}, "dense", seed)
+            for m, (args, _) in batches.items():
                 times = {}
                 for c in good:
                     force(c)

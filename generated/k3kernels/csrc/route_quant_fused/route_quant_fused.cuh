@@ -346,7 +346,7 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
   }
 }
 
-template <typename T_score, typename T_act, bool FAST_MATH, int VEC>
+template <typename T_score, typename T_act, bool FAST_MATH, int VEC, int block_threads>
 __global__ void __launch_bounds__(block_threads)
 route_quant_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, const float* __restrict__ bias,
                    const T_act* __restrict__ x, int64_t x_stride0, float* __restrict__ weights,
@@ -369,7 +369,7 @@ route_quant_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, c
   }
 }
 
-template <typename T_score, typename T_act, bool FAST_MATH, int VEC>
+template <typename T_score, typename T_act, bool FAST_MATH, int VEC, int block_threads>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
   #if K3_CUDA
   static_assert(std::is_same<T_score, __nv_bfloat16>::value || std::is_same<T_score, __half>::value || std::is_same<T_score, float>::value, "score: templates/route_quant_fused/limits.yaml:6 allows bf16, fp16, fp32");
@@ -383,16 +383,16 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   #endif
   static_assert(num_experts >= 1 && num_experts <= 1024, "num_experts: templates/route_quant_fused/limits.yaml:11 allows at least 1; at most 1024");
   static_assert(top_k >= 1 && top_k <= 64, "top_k: templates/route_quant_fused/limits.yaml:15 allows at least 1; at most 64");
-  static_assert((block_threads == 256), "block_threads: templates/route_quant_fused/limits.yaml:16 allows 256");
-  static_assert(hidden >= 16 && hidden % 16 == 0, "hidden: templates/route_quant_fused/limits.yaml:17 allows at least 16; multiples of 16");
-  static_assert((group_size == 32 || group_size == 64 || group_size == 128), "group_size: templates/route_quant_fused/limits.yaml:18 allows 32, 64, 128");
-  static_assert((fp8_max == 448.0f), "fp8_max: templates/route_quant_fused/limits.yaml:21 allows 448.0");
-  static_assert(eps >= 1e-30f && eps <= 1.0f, "eps: templates/route_quant_fused/limits.yaml:22 allows at least 1e-30; at most 1.0");
-  static_assert((VEC == 16), "vector.elements: templates/route_quant_fused/limits.yaml:24 allows 16");
-  static_assert((top_k <= num_experts), "templates/route_quant_fused/limits.yaml:26 requires top_k <= num_experts: the top-k of num_experts experts");
-  static_assert(((hidden % group_size) == 0), "templates/route_quant_fused/limits.yaml:27 requires hidden % group_size == 0: groups of group_size elements tile a row");
-  static_assert(((hidden / VEC) <= block_threads), "templates/route_quant_fused/limits.yaml:28 requires hidden // vec <= block_threads: one block quantizes a whole row, one thread per vector");
-  return k3::launch(route_quant_kernel<T_score, T_act, FAST_MATH, VEC>, dim3(unsigned(2 * a.M)), dim3(block_threads), 0,
+  static_assert((block_threads == 256 || block_threads == 512), "block_threads: templates/route_quant_fused/limits.yaml:16 allows 256, 512");
+  static_assert(hidden >= 16 && hidden % 16 == 0, "hidden: templates/route_quant_fused/limits.yaml:19 allows at least 16; multiples of 16");
+  static_assert((group_size == 32 || group_size == 64 || group_size == 128), "group_size: templates/route_quant_fused/limits.yaml:20 allows 32, 64, 128");
+  static_assert((fp8_max == 448.0f), "fp8_max: templates/route_quant_fused/limits.yaml:23 allows 448.0");
+  static_assert(eps >= 1e-30f && eps <= 1.0f, "eps: templates/route_quant_fused/limits.yaml:24 allows at least 1e-30; at most 1.0");
+  static_assert((VEC == 16), "vector.elements: templates/route_quant_fused/limits.yaml:26 allows 16");
+  static_assert((top_k <= num_experts), "templates/route_quant_fused/limits.yaml:28 requires top_k <= num_experts: the top-k of num_experts experts");
+  static_assert(((hidden % group_size) == 0), "templates/route_quant_fused/limits.yaml:29 requires hidden % group_size == 0: groups of group_size elements tile a row");
+  static_assert(((hidden / VEC) <= block_threads), "templates/route_quant_fused/limits.yaml:30 requires hidden // vec <= block_threads: one block quantizes a whole row, one thread per vector");
+  return k3::launch(route_quant_kernel<T_score, T_act, FAST_MATH, VEC, block_threads>, dim3(unsigned(2 * a.M)), dim3(block_threads), 0,
                     stream, K3_PDL, static_cast<const T_score*>(a.scores), a.scores_stride0,
                     static_cast<const float*>(a.bias), static_cast<const T_act*>(a.x), a.x_stride0,
                     static_cast<float*>(a.out_weights), static_cast<int32_t*>(a.out_ids),

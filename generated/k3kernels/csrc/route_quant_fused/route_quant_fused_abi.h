@@ -20,6 +20,9 @@ constexpr int block_threads = 256;
 constexpr float fp8_max = 448.0f;
 constexpr float eps = 1e-10f;
 
+// One per library (an inline variable): the family's, or a variant's built alone for a first call.
+inline k3::Tuning tuning;
+
 struct Args {
   const void* scores;
   int64_t scores_stride0;
