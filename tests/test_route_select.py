@@ -4,13 +4,16 @@ route_row's correctness rests on pick_digit: every warp reads the whole 256-bin 
 holding digits [256 - n(l + 1), 256 - n l) (n = 256 / warp size), and exactly one (lane, bin) finds
 the bin holding the k_left-th candidate. This emulates that rule, the passes (early exit when the
 bin holds exactly k_left, or at most kBinGather keys) and the gather (keys >= prefix, ranked), and
-checks that the gathered keys fit and their first K are the top K, for 32- and 64-lane warps. The kernel
+checks that the gathered keys fit and their first K are the top K, for 32- and 64-lane warps; the
+first digit starts below the bits the keys that can reach the top K share (first_digit_end). The kernel
 itself is tested on a GPU by the generated tests; this pins the logic a reviewer reads.
 """
 
 from __future__ import annotations
 
+import math
 import random
+import struct
 
 import pytest
 
@@ -32,18 +35,37 @@ def pick_digit(hist: list[int], k_left: int, warp: int) -> tuple[int, int, int]:
     return found[0]
 
 
+def first_digit_end(ranks: list[int], k: int) -> tuple[int, int]:
+    """(hi, shared): the select's first digit ends below bit `hi` of the 48-bit key, above which every
+    key that can reach the top K shares its bits `shared`: the non-negative rank keys (top bit set)
+    when at least K are, else all of them (KeyBits and warp_fold in the kernel)."""
+    positive = [r for r in ranks if r & 0x80000000]
+    pool = positive if len(positive) >= k else ranks
+    all_and = any_or = pool[0]
+    for r in pool:
+        all_and &= r
+        any_or |= r
+    differ = all_and ^ any_or
+    return 16 + differ.bit_length(), all_and
+
+
 def select(keys: list[int], k: int, warp: int) -> list[int]:
-    prefix = mask = 0
+    hi, shared = first_digit_end([key >> 16 for key in keys], k)
+    mask = ((1 << 48) - 1) & ~((1 << hi) - 1)
+    prefix = (shared << 16) & mask
     k_left = k
-    for shift in range(40, -1, -8):
+    while hi > 0:
+        lo = max(hi - 8, 0)
+        digit_mask = (1 << (hi - lo)) - 1
         hist = [0] * 256
         for key in keys:
             if key & mask == prefix:
-                hist[(key >> shift) & 0xFF] += 1
+                hist[(key >> lo) & digit_mask] += 1
         digit, count, above = pick_digit(hist, k_left, warp)
         assert count < 4096 and above < 64  # the packed shuffle's fields
-        prefix |= digit << shift
-        mask |= 0xFF << shift
+        prefix |= digit << lo
+        mask |= digit_mask << lo
+        hi = lo
         k_left -= above
         if k_left == count or count <= BIN_GATHER:
             break
@@ -54,8 +76,16 @@ def select(keys: list[int], k: int, warp: int) -> list[int]:
     return ranked[:k]
 
 
+def rank_key(x: float) -> int:
+    """The kernel's rank_key: order-preserving 32 bits of an fp32 value (NaN lowest, -0.0 == +0.0)."""
+    if x != x:
+        return 0
+    bits = struct.unpack("<I", struct.pack("<f", 0.0 if x == 0.0 else x))[0]
+    return (~bits & 0xFFFFFFFF) if bits & 0x80000000 else (bits | 0x80000000)
+
+
 @pytest.mark.parametrize("warp", [32, 64])
-@pytest.mark.parametrize("rows", ["random", "all_equal", "few_values", "straddle"])
+@pytest.mark.parametrize("rows", ["random", "all_equal", "few_values", "straddle", "routing", "few_positive"])
 def test_select_takes_exactly_the_top_k(warp, rows):
     rng = random.Random(f"{warp}{rows}")
     for _ in range(60):
@@ -67,6 +97,10 @@ def test_select_takes_exactly_the_top_k(warp, rows):
             rank = [0x80000000 | 12345] * e
         elif rows == "few_values":
             rank = [rng.choice([0, 7, 0x80000000, 0xFFFFFFFF]) for _ in range(e)]
+        elif rows in ("routing", "few_positive"):  # sigmoid(score) + bias, as the kernel ranks them
+            shift = 0.1 if rows == "routing" else -1.2  # few_positive: fewer than K keys are >= 0
+            sig = [1 / (1 + math.exp(-rng.gauss(0, 1))) for _ in range(e)]
+            rank = [rank_key(struct.unpack("<f", struct.pack("<f", s + shift + 0.1 * rng.gauss(0, 1)))[0]) for s in sig]
         else:  # k - 3 winners, then a tie across the cutoff
             rank = [0x90000000] * (k - 3 if k > 3 else 0) + [0x80000001] * 8
             rank += [rng.getrandbits(31) for _ in range(e - len(rank))]

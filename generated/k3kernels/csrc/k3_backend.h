@@ -210,18 +210,11 @@ K3_DEVICE uint32_t warp_inclusive_scan(uint32_t v) {
 #endif
 }
 
-// hist[digit] += 1 for each active lane. CUDA lanes with equal digits add once, together
-// (__match_any_sync): routing digits cluster in a few bins, where plain atomics serialize.
+// hist[digit] += 1 for each active lane: one shared atomic each. (Lanes with equal digits adding once
+// through __match_any_sync cost more on the H200 even where routing digits cluster: a route_topk pass
+// took 1,200-2,000 cycles that way and 500-550 this way: issue 13's note.)
 K3_DEVICE void histogram_add(uint32_t* hist, uint32_t digit, bool active) {
-#if K3_CUDA
-  const unsigned lanes = __ballot_sync(0xffffffffu, active);
-  if (active) {
-    const unsigned peers = __match_any_sync(lanes, digit);
-    if (int(threadIdx.x % 32) == __ffs(peers) - 1) atomicAdd(&hist[digit], uint32_t(__popc(peers)));
-  }
-#else
   if (active) atomicAdd(&hist[digit], 1u);
-#endif
 }
 
 // Programmatic dependent launch (sm_90+): wait for the previous grid's writes before reading,

@@ -160,6 +160,44 @@ K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - tie_rank[e]; }
 #error "no tie order and sigmoid for this backend: it is not a target of specs/route_topk_aiter.yaml"
 #endif
 
+// What the select needs to know of a row's rank keys before its first pass: the bits they all share
+// (set in `all` and in `any`), over every key and over the non-negative ones (keys with the top bit
+// set), and how many are non-negative. When at least K are, the negatives cannot reach the top K and
+// the select starts below the non-negatives' shared bits: sigmoid + bias rows share their sign and
+// most exponent bits, and a first digit over those would put nearly every key in one bin.
+struct KeyBits {
+  uint32_t all, any, pos_all, pos_any, pos;
+  K3_DEVICE static KeyBits none() { return {0xffffffffu, 0u, 0xffffffffu, 0u, 0u}; }
+  K3_DEVICE void add(uint32_t rank) {
+    all &= rank;
+    any |= rank;
+    if (rank & 0x80000000u) {
+      pos_all &= rank;
+      pos_any |= rank;
+      ++pos;
+    }
+  }
+};
+
+// KeyBits of a whole warp or wave, in every lane.
+K3_DEVICE KeyBits warp_fold(KeyBits b) {
+#if K3_CUDA
+  return {__reduce_and_sync(0xffffffffu, b.all), __reduce_or_sync(0xffffffffu, b.any),
+          __reduce_and_sync(0xffffffffu, b.pos_all), __reduce_or_sync(0xffffffffu, b.pos_any),
+          __reduce_add_sync(0xffffffffu, b.pos)};
+#else
+#pragma unroll
+  for (int d = 1; d < K3_WARP_SIZE; d <<= 1) {
+    b.all &= __shfl_xor(b.all, d);
+    b.any |= __shfl_xor(b.any, d);
+    b.pos_all &= __shfl_xor(b.pos_all, d);
+    b.pos_any |= __shfl_xor(b.pos_any, d);
+    b.pos += __shfl_xor(b.pos, d);
+  }
+  return b;
+#endif
+}
+
 // The select stops once the threshold's bin holds at most this many keys: gathering the whole bin and
 // ranking it beside the keys above it costs less than another pass and its barrier.
 constexpr int kBinGather = 32;
@@ -167,6 +205,7 @@ constexpr int kBinGather = 32;
 // Shared memory of one routing block.
 struct RouteShared {
   alignas(16) uint32_t hist[3][256];  // pass p adds into hist[p % 3] and clears hist[(p + 2) % 3]
+  KeyBits warp_bits[1024 / K3_WARP_SIZE];  // each warp's KeyBits
   uint32_t n_taken;  // slots of `taken` filled so far
   uint64_t taken_key[64 + kBinGather];  // the top K, or fewer above the threshold's bin plus that bin
   float taken_weight[64 + kBinGather];
@@ -217,12 +256,15 @@ K3_DEVICE DigitPick pick_digit(const uint32_t* hist, uint32_t k_left) {
   return {packed & 0xffu, (packed >> 8) & 0xfffu, packed >> 20};
 }
 
-// Top-K of one row by radix select over the 48-bit composite key (rank key, tie priority): at most
-// six 8-bit passes whatever K is, fewer when a pass leaves the threshold in a bin of at most
-// kBinGather keys, or one that lies wholly in the top K (random rows: two passes). Composite
-// keys are unique, so the keys at or above the threshold are the K - k_left above its bin plus the
-// bin, and the top K of those are the top K of the row. One barrier per pass (pick_digit), one after
-// the candidates are gathered and one after the K picks are placed.
+// Top-K of one row by radix select over the 48-bit composite key (rank key, tie priority), 8-bit
+// digits from the highest bit in which the row's rank keys differ (routing keys share their sign and
+// most exponent bits: a first digit over those would put nearly every key in one bin and cost a pass).
+// Passes stop when a pass leaves the threshold in a bin of at most kBinGather keys, or one that lies
+// wholly in the top K (random rows: one pass; at most six, e.g. all-equal rows, which only the tie
+// bits tell apart). Composite keys are unique, so the keys at or above the threshold are the
+// K - k_left above its bin plus the bin, and the top K of those are the top K of the row. One barrier
+// before the passes, one per pass (pick_digit), one after the candidates are gathered and one after
+// the K picks are placed.
 // `threads` threads call it together; outputs are sorted by rank key descending, ties in tie order.
 template <typename T_score, typename T_bias, int E, int K, int threads>
 K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
@@ -232,40 +274,67 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
                 "whole warps (each finds the digit itself); one thread per gathered key");
   constexpr int per_thread = (E + threads - 1) / threads;
   const int t = threadIdx.x;
+  // Every load of the row first, then the math: a load consumed in the iteration that issued it cost
+  // one memory latency per key.
+  float score[per_thread], add[per_thread];
+#pragma unroll
+  for (int i = 0; i < per_thread; ++i) {
+    const int e = t + i * threads;
+    score[i] = e < E ? k3::to_float(scores[e]) : 0.0f;
+    add[i] = e < E ? k3::to_float(bias[e]) : 0.0f;
+  }
   uint64_t key[per_thread];
   float weight[per_thread];
+  KeyBits bits = KeyBits::none();
 #pragma unroll
   for (int i = 0; i < per_thread; ++i) {
     const int e = t + i * threads;
     key[i] = 0;  // below every real key: indices past E are never counted
     weight[i] = 0.0f;
     if (e < E) {
-      const float s = route_sigmoid<kRouteSigmoid>(k3::to_float(scores[e]));
+      const float s = route_sigmoid<kRouteSigmoid>(score[i]);
+      const uint32_t rank = rank_key(s + add[i]);
       weight[i] = s;
-      key[i] = (uint64_t(rank_key(s + k3::to_float(bias[e]))) << 16) | tie_priority(e);
+      key[i] = (uint64_t(rank) << 16) | tie_priority(e);
+      bits.add(rank);
     }
   }
+  bits = warp_fold(bits);
+  if (t % K3_WARP_SIZE == 0) sh.warp_bits[t / K3_WARP_SIZE] = bits;
   for (int b = t; b < 2 * 256; b += threads) sh.hist[0][b] = 0;  // the bins of passes 0 and 1
   if (t == 0) sh.n_taken = 0;
   __syncthreads();
+  constexpr int warps = threads / K3_WARP_SIZE;  // at most one warp's width of them: one fold more
+  const int lane = t % K3_WARP_SIZE;
+  bits = warp_fold(lane < warps ? sh.warp_bits[lane] : KeyBits::none());
+  // Bits above `hi` (exclusive) are the same in every key that can reach the top K: the first digit
+  // ends there; equal rank keys leave only the tie bits.
+  const bool positives = bits.pos >= uint32_t(K);
+  const uint32_t shared_and = positives ? bits.pos_all : bits.all;
+  const uint32_t differ = shared_and ^ (positives ? bits.pos_any : bits.any);
+  int hi = 16 + (differ ? 32 - __clz(int(differ)) : 0);
   // Invariant: exactly k_left of the top K have (key & mask) == prefix; the others lie above it.
-  uint64_t prefix = 0, mask = 0;
+  uint64_t mask = (~uint64_t(0) << hi) & 0xffffffffffffull;
+  uint64_t prefix = (uint64_t(shared_and) << 16) & mask;
   uint32_t k_left = K;
 #pragma unroll 1
-  for (int pass = 0, shift = 40; shift >= 0; ++pass, shift -= 8) {
+  for (int pass = 0; hi > 0; ++pass) {
+    const int lo = hi > 8 ? hi - 8 : 0;
+    const uint32_t digit_mask = (1u << (hi - lo)) - 1u;
     uint32_t* hist = sh.hist[pass % 3];
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
       const bool candidate = t + i * threads < E && (key[i] & mask) == prefix;
-      k3::histogram_add(hist, uint32_t(key[i] >> shift) & 0xffu, candidate);
+      k3::histogram_add(hist, uint32_t(key[i] >> lo) & digit_mask, candidate);
     }
     __syncthreads();
     // hist[(pass + 2) % 3] was last read in the previous pass, which every warp finished before the
     // barrier above; it is next added into two passes on, after a barrier this thread reaches later.
     for (int b = t; b < 256; b += threads) sh.hist[(pass + 2) % 3][b] = 0;
     const DigitPick pick = pick_digit(hist, k_left);  // the same in every warp: the loop stays uniform
-    prefix |= uint64_t(pick.digit) << shift;
-    mask |= uint64_t(0xffu) << shift;
+    prefix |= uint64_t(pick.digit) << lo;
+    mask |= uint64_t(digit_mask) << lo;
+    hi = lo;
     k_left -= pick.above;
     // The whole bin is in the top K, or small enough to rank whole: gather every key >= prefix.
     if (k_left == pick.count || pick.count <= uint32_t(kBinGather)) break;
