@@ -1,0 +1,30 @@
+"""Instrument the generated route_topk.cuh for bench/route_probe/probe.cu (issue 13).
+
+Writes a copy of generated/k3kernels/csrc/route_topk/route_topk.cuh in which block 0's thread 0
+records clock64() at kernel entry, after the PDL wait, after the keys are made, and after each barrier
+and each pick of the select (K3_PROBE, defined by probe.cu): where a decode-size call's time goes.
+Usage: python3 bench/route_probe/make_probe.py OUT.cuh
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "generated" / "k3kernels" / "csrc" / "route_topk" / "route_topk.cuh"
+
+
+def instrument(src: str) -> str:
+    start = src.index("K3_DEVICE void route_row(")
+    end = src.index("\n}\n", start)
+    body = src[start:end]
+    body = body.replace("  const int t = threadIdx.x;\n", "  const int t = threadIdx.x;\n  int k3_probe_n = 2;\n", 1)
+    body = body.replace("__syncthreads();", "__syncthreads(); K3_PROBE();")
+    body = body.replace("  bits = warp_fold(bits);\n", "  K3_PROBE();\n  bits = warp_fold(bits);\n", 1)
+    body = body.replace("pick_digit(hist, k_left);", "pick_digit(hist, k_left); K3_PROBE();")
+    src = src[:start] + body + "\n  K3_PROBE();" + src[end:]
+    src = src.replace('#include "route_topk_abi.h"', f'#include "{SOURCE.parent / "route_topk_abi.h"}"')
+    return src.replace("  k3::pdl_wait();\n", "  K3_PROBE_AT(0);\n  k3::pdl_wait();\n  K3_PROBE_AT(1);\n", 1)
+
+
+if __name__ == "__main__":
+    Path(sys.argv[1]).write_text(instrument(SOURCE.read_text()), encoding="utf-8")
