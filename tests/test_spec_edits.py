@@ -192,6 +192,9 @@ def test_hand_written_tests_follow_grown_bundled_specs(tmp_path, capsys):
     shutil.copy(ROOT / "pyproject.toml", project)
     grown = grow_the_bundled_specs(project)
     assert len(grown) >= 2, grown
+    # A grown family's tuning table no longer names its variants (a located error until `k3gen tune`
+    # reruns on a GPU); untuned, every M runs the spec's default config, which is what is tested here.
+    shutil.rmtree(project / "specs" / "tuning")
     build(project, capsys)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(project), str(project / "generated")]))
     done = subprocess.run(
