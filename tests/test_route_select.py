@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import math
 import random
-import struct
 
 import pytest
+import torch
+
+from k3gen.oracles import route_topk as oracle
 
 BIN_GATHER = 32  # kBinGather: stop once the threshold's bin holds at most this many keys
 
@@ -76,14 +78,6 @@ def select(keys: list[int], k: int, warp: int) -> list[int]:
     return ranked[:k]
 
 
-def rank_key(x: float) -> int:
-    """The kernel's rank_key: order-preserving 32 bits of an fp32 value (NaN lowest, -0.0 == +0.0)."""
-    if x != x:
-        return 0
-    bits = struct.unpack("<I", struct.pack("<f", 0.0 if x == 0.0 else x))[0]
-    return (~bits & 0xFFFFFFFF) if bits & 0x80000000 else (bits | 0x80000000)
-
-
 @pytest.mark.parametrize("warp", [32, 64])
 @pytest.mark.parametrize("rows", ["random", "all_equal", "few_values", "straddle", "routing", "few_positive"])
 def test_select_takes_exactly_the_top_k(warp, rows):
@@ -100,7 +94,8 @@ def test_select_takes_exactly_the_top_k(warp, rows):
         elif rows in ("routing", "few_positive"):  # sigmoid(score) + bias, as the kernel ranks them
             shift = 0.1 if rows == "routing" else -1.2  # few_positive: fewer than K keys are >= 0
             sig = [1 / (1 + math.exp(-rng.gauss(0, 1))) for _ in range(e)]
-            rank = [rank_key(struct.unpack("<f", struct.pack("<f", s + shift + 0.1 * rng.gauss(0, 1)))[0]) for s in sig]
+            values = torch.tensor([s + shift + 0.1 * rng.gauss(0, 1) for s in sig], dtype=torch.float32)
+            rank = oracle.rank_keys(values).tolist()  # the oracle's copy of the kernel's rank_key
         else:  # k - 3 winners, then a tie across the cutoff
             rank = [0x90000000] * (k - 3 if k > 3 else 0) + [0x80000001] * 8
             rank += [rng.getrandbits(31) for _ in range(e - len(rank))]
