@@ -249,8 +249,11 @@ def record_costs(targets: list[Target], out: Path, root: Path | None, jobs) -> N
 
 def compile_matrix(plans: list, root: Path, args) -> int:
     """Build, print a summary; 0 when every library has its record, 1 otherwise, 2 for bad arguments."""
+    from .runtime.toolchain import launcher
+
     csrc = root / "generated" / "k3kernels" / "csrc"
     try:
+        launcher()  # a launcher that cannot run is one line here, not one shell error per unit
         if getattr(args, "from_record", None):
             if args.arch or args.family:
                 raise CompileUsageError("--from-record builds what the record names; drop --arch and --family")
@@ -348,7 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="output directory (default: <project>/build/aot)")
     args = p.parse_args(argv)
     root = args.root.resolve()
+    from .runtime.toolchain import launcher
+
     try:
+        launcher()
         targets = from_record(root, args.from_record)
     except CompileUsageError as exc:
         print(f"k3gen compile: {exc}", file=sys.stderr)

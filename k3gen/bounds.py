@@ -7,6 +7,8 @@ test cases. Each limit is one constant, and the error that enforces it names the
 from __future__ import annotations
 
 MAX_SPEC_BYTES = 64 * 1024  # a spec file; the bundled ones are under 4 KiB
+MAX_TABLE_BYTES = 1024 * 1024  # a tuning table: a row per variant and bucket (256 x 8 rows: ~700 KiB)
+MAX_TABLE_NODES = 100_000  # values in one tuning table (256 variants x 8 buckets of ~20 values: 41k)
 MAX_YAML_DEPTH = 12  # nesting of mappings and lists in one spec
 MAX_YAML_NODES = 20_000  # scalars, lists and mappings in one spec
 MAX_NAME = 40  # characters of a name (kernel, axis, tensor, param, ...)

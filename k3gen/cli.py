@@ -20,11 +20,31 @@ from .errors import SpecErrors, UnknownFamilyError
 from .write import GeneratedTreeError
 
 
+class NotAProject(Exception):
+    """--root (or the working directory and its parents) is not a k3gen project (exit 2)."""
+
+
+PROJECT_DIRS = ("specs", "templates")
+
+
 def find_root(start: Path) -> Path:
     for d in (start, *start.parents):
-        if (d / "specs").is_dir() and (d / "templates").is_dir():
+        if all((d / name).is_dir() for name in PROJECT_DIRS):
             return d
-    raise SystemExit(f"k3gen: no specs/ and templates/ found in {start} or above; run from the project, or pass --root")
+    raise NotAProject(f"no specs/ and templates/ found in {start} or above; run from the project, or pass --root")
+
+
+def check_root(root: Path) -> Path:
+    """--root as given: a folder holding specs/ and templates/, else NotAProject naming what is missing."""
+    if not root.is_dir():
+        raise NotAProject(f"--root {root} is not a folder; pass the project's folder (the one holding specs/)")
+    missing = [f"{name}/" for name in PROJECT_DIRS if not (root / name).is_dir()]
+    if missing:
+        raise NotAProject(
+            f"--root {root} is not a k3gen project: it has no {' and no '.join(missing)}; pass the folder "
+            "holding specs/ and templates/"
+        )
+    return root
 
 
 def _plans(root: Path):
@@ -34,13 +54,17 @@ def _plans(root: Path):
     return resolve_all(load_specs(root), root)
 
 
-def _render(root: Path):
-    """The plans, the rendered files and the libraries with their keys, checked unique (k3gen.identity)."""
+def _render(root: Path, say_untuned: bool = False):
+    """The plans, the rendered files and the libraries with their keys, checked unique (k3gen.identity).
+    say_untuned: print one located line per family whose variants run the default config (k3gen.tuning)."""
     from .identity import keyed
-    from .render import render_all
+    from .render import render_all, untuned_notes
 
     plans = _plans(root)
     files = render_all(plans, root)
+    if say_untuned:
+        for note in untuned_notes(plans, files):
+            print(f"note: {note}", file=sys.stderr)
     return plans, files, keyed(plans, files)
 
 
@@ -53,7 +77,7 @@ def cmd_build(root: Path, args) -> int:
     from .write import write_files
 
     start = time.perf_counter()
-    plans, files, _ = _render(root)
+    plans, files, _ = _render(root, say_untuned=True)
     changes = write_files(files, root / "generated")
     for f in changes.written:
         print(f"  wrote   generated/{f}")
@@ -73,7 +97,7 @@ def cmd_check(root: Path, args) -> int:
     from .pricing import over_budget
     from .write import drift
 
-    plans, files, libs = _render(root)
+    plans, files, libs = _render(root, say_untuned=True)
     diff = drift(files, root / "generated")
     budget = over_budget(plans, libs, costs.load(root / costs.TABLE))
     if diff:
@@ -321,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     fn = COMMANDS[args.command][0]
     if args.command == "schema":
         return fn(None, args)
-    root = args.root.resolve() if args.root else find_root(Path.cwd())
+    try:
+        root = check_root(args.root.resolve()) if args.root else find_root(Path.cwd())
+    except NotAProject as exc:
+        print(f"k3gen {args.command}: {exc}", file=sys.stderr)
+        return 2
     try:
         return fn(root, args)
     except SpecErrors as exc:

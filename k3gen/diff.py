@@ -152,7 +152,7 @@ def compare(
     olds, news = {p.name: p for p in old}, {p.name: p for p in new}
     families = []
     for name in sorted(olds.keys() | news.keys()):
-        fd = _family_diff(olds.get(name), news.get(name), okeys, nkeys)
+        fd = _family_diff(olds.get(name), news.get(name), okeys, nkeys, old_files, new_files)
         if fd.added or fd.removed or fd.invalidated or fd.changes or fd.status != "changed":
             families.append(fd)
     added = sorted(f"generated/{p}" for p in new_files.keys() - old_files.keys())
@@ -206,7 +206,12 @@ def _ref(sp: Specialization, keys: dict[str, str]) -> SpecializationRef:
 
 
 def _family_diff(
-    old: FamilyPlan | None, new: FamilyPlan | None, okeys: dict[str, str], nkeys: dict[str, str]
+    old: FamilyPlan | None,
+    new: FamilyPlan | None,
+    okeys: dict[str, str],
+    nkeys: dict[str, str],
+    old_files: dict[str, str],
+    new_files: dict[str, str],
 ) -> FamilyDiff:
     if old is None or new is None:
         p = old or new
@@ -225,12 +230,15 @@ def _family_diff(
         added=[_ref(n[i], nkeys) for i in n if i not in o],
         removed=[_ref(o[i], okeys) for i in o if i not in n],
         invalidated=[i for i in n if i in o and nkeys[i] != okeys[i]],
-        changes=spec_changes(old, new),
+        changes=spec_changes(old, new, old_files, new_files),
     )
 
 
-def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
-    """The spec-level changes of one family, old → new, in a fixed order."""
+def spec_changes(
+    old: FamilyPlan, new: FamilyPlan, old_files: dict[str, str] | None = None, new_files: dict[str, str] | None = None
+) -> list[Change]:
+    """The spec-level changes of one family, old → new, in a fixed order. With the rendered files of
+    both sides, also the tuning picks and the untuned variants (k3gen.tuning: checked against the code)."""
     a, b = old.spec, new.spec
     out: list[Change] = []
     out += _keyed(
@@ -255,14 +263,22 @@ def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
     if a.sigmoid != b.sigmoid:
         out.append(Change("sigmoid", "sigmoid", _per_backend_text(a.sigmoid, str), _per_backend_text(b.sigmoid, str)))
     out += _keyed("param", a.params, b.params, lambda p: f"values {', '.join(map(str, p.values))}; default {p.default}")
-    out += _keyed("flag", a.flags, b.flags, _flag_text)
+    out += _keyed(
+        "flag",
+        {n: _flag_text(f, a.targets.all) for n, f in a.flags.items()},
+        {n: _flag_text(f, b.targets.all) for n, f in b.flags.items()},
+        str,
+    )
     out += _keyed(
         "runner",
         {r.name: r for r in getattr(old, "runners", [])},
         {r.name: r for r in getattr(new, "runners", [])},
         _dumped,
     )
-    out += _keyed("tuning pick", _picks(old), _picks(new), str)  # specs/tuning/<family>.<device>.yaml
+    ot, nt = _settled(old, old_files), _settled(new, new_files)
+    out += _keyed("tuning table", _table(ot), _table(nt), str)
+    out += _keyed("tuning pick", _picks(old, ot), _picks(new, nt), str)  # specs/tuning/<family>.<device>.yaml
+    out += _keyed("untuned", _untuned(ot), _untuned(nt), str)
     for name in ("summary", "template", "vector", "fast_math", "signature", "oracle", "tests", "budget", "tuning"):
         va, vb = _dumped(getattr(a, name)), _dumped(getattr(b, name))
         if va != vb:
@@ -270,14 +286,37 @@ def spec_changes(old: FamilyPlan, new: FamilyPlan) -> list[Change]:
     return out
 
 
-def _picks(p: FamilyPlan) -> dict[str, str]:
-    """The config the family's tuning table picks per variant and bucket (nothing without a table)."""
-    t = getattr(p, "tuning", None)
+def _settled(p: FamilyPlan, files: dict[str, str] | None):
+    """The family's tuning with its picks checked against its rendered code (k3gen.render)."""
+    from .render import settled_tuning
+
+    if p.tuning is None or files is None:
+        return p.tuning
+    return settled_tuning(p, files)
+
+
+def _table(t) -> dict[str, str]:
+    """{"table": its file} when the family has a tuning table."""
+    return {"file": t.table_file} if t is not None and t.table_file else {}
+
+
+def _untuned(t) -> dict[str, str]:
+    """Each variant that runs the spec's default config for want of a current pick, and why."""
+    if t is None:
+        return {}
+    where = f" in {t.table_file}" if t.table_file else ""
+    return {v: f"untuned (default config): {why}{where}" for v, why in t.untuned.items()}
+
+
+def _picks(p: FamilyPlan, t) -> dict[str, str]:
+    """The config the family's tuning table picks per tuned variant and bucket (nothing without a table)."""
     if t is None or t.table_file is None:
         return {}
     low, out = 0, {}
     for i, high in enumerate(t.buckets):
         for v in p.variants:
+            if not t.tuned(v.name):
+                continue
             config = t.bucket_configs(v.name)[i]
             out[f"{v.name} {low} < M <= {high}"] = t.label(config) + (" (default)" if config == 0 else "")
         low = high
@@ -299,9 +338,10 @@ def _exclusions(p: FamilyPlan) -> dict[str, str]:
     return {", ".join(f"{a}={d}" for a, d in cell.items()): reason for cell, reason in p.excluded}
 
 
-def _flag_text(f) -> str:
-    if f.archs is not None:
-        return f"per arch: on for {', '.join(f.archs) or 'none'}"
+def _flag_text(f, targets: list[str]) -> str:
+    if f.archs is not None:  # a target the list leaves out has the flag off: say so, never silently
+        off = [a for a in targets if a not in f.archs]
+        return f"per arch: on for {', '.join(f.archs) or 'none'}" + (f"; off for {', '.join(off)}" if off else "")
     if f.select is not None:
         return f"per call: on when {f.select}"
     return f"keyword argument, default {'on' if f.default else 'off'}"

@@ -10,7 +10,9 @@ limits.yaml, all sections optional; every rule needs `why`, shown in the error:
 
     dtypes:    {AXIS: {values: [bf16, fp32], why: ...}}        # axes the template reads, and their dtypes
     params:    {NAME: {values: [32, 64], why: ...}}            # or min / max / multiple_of
-    flags:     {NAME: {why: ...}}                              # flags the template reads
+    flags:     {NAME: {why: ..., needs: pdl}}                  # flags the template reads (needs: what
+                                                               #   an arch where a per-arch flag is on must have)
+    archs:     {needs: [fp8], why: ...}                        # what every target arch must have
     constants: {NAME: {min: 1, max: 64, why: ...}}             # or values
     vector:    {elements: {values: [16], why: ...}}            # or bytes: the spec's vector kind
     checks:    [{check: "top_k <= num_experts", why: ...}]     # over constants, params and vec
@@ -30,12 +32,13 @@ from . import gate_eval
 from .dtypes import DTYPES
 from .errors import SpecError
 from .paths import plain_file_inside
+from .runtime.archs import ARCHS, FEATURES
 from .yaml_lines import LocatedData, parse_yaml
 
 LIMITS_FILE = "limits.yaml"
 RULE_SECTIONS = ("dtypes", "params", "flags", "constants", "vector")
 VECTOR_KINDS = ("bytes", "elements")
-RULE_KEYS = {"dtypes": ("values", "why"), "flags": ("why",)}
+RULE_KEYS = {"dtypes": ("values", "why"), "flags": ("why", "needs")}
 BOUND_KEYS = ("values", "min", "max", "multiple_of", "why")
 
 
@@ -51,6 +54,7 @@ class Rule:
     min: float | None = None
     max: float | None = None
     multiple_of: int | None = None
+    needs: tuple[str, ...] = ()  # arch features (k3gen.runtime.archs.FEATURES)
 
     def allows(self, value) -> bool:
         if self.values is not None and not any(_same(value, v) for v in self.values):
@@ -87,6 +91,7 @@ class TemplateLimits:
     file: str  # templates/<template>/limits.yaml
     rules: dict = field(default_factory=dict)  # section -> name -> Rule
     checks: list = field(default_factory=list)
+    archs: Rule | None = None  # what every target arch must have (section "archs", name "")
 
     def at(self, line: int) -> str:
         return f"{self.file}:{line}"
@@ -133,8 +138,12 @@ class _Parser:
                 limits.rules[key] = self.section(key, body)
             elif key == "checks":
                 limits.checks = self.checks(body, limits)
+            elif key == "archs":
+                limits.archs = self.rule("archs", "", body, ("archs",))
             else:
-                self.error((key,), f"unknown section '{key}'; sections: {', '.join((*RULE_SECTIONS, 'checks'))}")
+                self.error(
+                    (key,), f"unknown section '{key}'; sections: {', '.join((*RULE_SECTIONS, 'archs', 'checks'))}"
+                )
         return (None if self.errors else limits), self.errors
 
     def section(self, section: str, body) -> dict:
@@ -159,7 +168,7 @@ class _Parser:
         if not isinstance(rule, dict):
             self.error(path, 'a rule is a mapping such as `{values: [...], why: "..."}`')
             return None
-        allowed = RULE_KEYS.get(section, BOUND_KEYS)
+        allowed = ("needs", "why") if section == "archs" else RULE_KEYS.get(section, BOUND_KEYS)
         ok = True
         for key in rule:
             if key not in allowed:
@@ -190,6 +199,11 @@ class _Parser:
         if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m <= 0):
             self.error(path + ("multiple_of",), "`multiple_of` is a positive integer")
             ok = False
+        needs = rule.get("needs", [])
+        needs = [needs] if isinstance(needs, str) else needs
+        if not isinstance(needs, list) or any(n not in FEATURES for n in needs):
+            self.error(path + ("needs",), f"`needs` names arch features: {', '.join(FEATURES)}")
+            ok = False
         if not ok:
             return None
         return Rule(
@@ -201,6 +215,7 @@ class _Parser:
             rule.get("min"),
             rule.get("max"),
             m,
+            tuple(needs),
         )
 
     def checks(self, body, limits: TemplateLimits) -> list[Check]:
@@ -316,6 +331,7 @@ def check_spec(ls, limits: TemplateLimits) -> list[SpecError]:
             if not rule.allows(value):
                 beyond(("tuning", "knobs", name, i), f"candidate {name} = {_shown(value)}", rule)
     errors += _check_vector(ls, limits, beyond)
+    errors += _check_archs(ls, limits)
     if not errors:  # the relations assume every name above is declared and in range
         errors += _check_relations(ls, limits)
     return errors
@@ -364,6 +380,41 @@ def _check_vector(ls, limits: TemplateLimits, beyond) -> list[SpecError]:
     for i, o in enumerate(vector.overrides):
         if kind == "bytes" and not rule.allows(o.bytes):
             beyond(("vector", "overrides", i, "bytes"), f"vector override of {o.bytes} bytes", rule)
+    return errors
+
+
+def _check_archs(ls, limits: TemplateLimits) -> list[SpecError]:
+    """Every target arch has what the template needs, and so does every arch a per-arch flag is on for
+    (k3gen.runtime.archs): a new arch is a spec edit, accepted or refused here with the reason."""
+    s, errors = ls.spec, []
+
+    def lacking(arch: str, rule: Rule) -> str:
+        missing = [n for n in rule.needs if n not in ARCHS[arch].features]
+        return "; ".join(FEATURES[n] for n in missing)
+
+    if limits.archs is not None:
+        for backend in ("cuda", "hip"):
+            for i, arch in enumerate(getattr(s.targets, backend)):
+                if arch in ARCHS and (why := lacking(arch, limits.archs)):
+                    errors.append(
+                        ls.error(
+                            ("targets", backend, i),
+                            f"templates/{limits.template}/ needs {why}, which {arch} lacks "
+                            f"({limits.at(limits.archs.line)}: {limits.archs.why}); target another arch, "
+                            "or extend the template and its limits",
+                        )
+                    )
+    for name, flag in s.flags.items():
+        rule = limits.section("flags").get(name)
+        for i, arch in enumerate(flag.archs or []):
+            if rule is not None and arch in ARCHS and (why := lacking(arch, rule)):
+                errors.append(
+                    ls.error(
+                        ("flags", name, "archs", i),
+                        f"{name} is on for {arch}, which lacks {why} ({limits.at(rule.line)}: {rule.why}); "
+                        f"drop {arch} from flags.{name}.archs",
+                    )
+                )
     return errors
 
 

@@ -50,8 +50,9 @@ class LoadedRunners:
 def load_specs(root: Path, files: list[Path] | None = None) -> list[LoadedSpec]:
     """Load every spec under root/specs (or the given files); raise SpecErrors with all problems."""
     root = Path(root)
+    errors = [] if files is not None else misnamed_specs(root)
     files = sorted(files if files is not None else (root / "specs").glob("*.yaml"))
-    loaded, errors, runners = [], [], None
+    loaded, runners = [], None
     for f in files:
         rel = _relative(Path(f), root)
         text, errs = read_spec(root, Path(f) if Path(f).is_absolute() else root / rel, rel)
@@ -72,6 +73,25 @@ def load_specs(root: Path, files: list[Path] | None = None) -> list[LoadedSpec]:
     if errors:
         raise SpecErrors(errors)
     return loaded
+
+
+def misnamed_specs(root: Path) -> list[SpecError]:
+    """A file in specs/ that looks like a spec but is not NAME.yaml (x.yml, x.YAML) would be ignored:
+    refuse it at line 1 instead, naming the one extension k3gen reads."""
+    errors = []
+    for f in sorted((root / "specs").iterdir()):
+        if f.suffix.lower() in (".yml", ".yaml") and f.suffix != ".yaml":
+            errors.append(
+                SpecError(
+                    f"specs/{ascii(f.name)[1:-1]}",
+                    1,
+                    "",
+                    "<file>",
+                    f"k3gen reads spec files named NAME.yaml only, so this file would be ignored; rename it to "
+                    f"specs/{ascii(f.stem)[1:-1]}.yaml",
+                )
+            )
+    return errors
 
 
 def _relative(f: Path, root: Path) -> str:

@@ -28,9 +28,8 @@ from .bounds import KEY_FIELDS, MAX_PARAM_VALUES, MAX_TEST_DIM_SETS, MAX_VARIANT
 from .dtypes import DTYPES
 from .errors import FieldError
 from .routing import SigmoidSpec, TieOrderSpec, check_keys
+from .runtime import archs as arch_table
 
-CUDA_ARCHS = ("sm_90a", "sm_100a", "sm_120a")
-HIP_ARCHS = ("gfx942", "gfx950")
 IDENT = grammar.IDENT  # k3gen new checks names with it too
 
 
@@ -111,12 +110,13 @@ class Targets(SpecModel):
     @field_validator("cuda", "hip")
     @classmethod
     def _known_arch(cls, archs: list[str], info) -> list[str]:
-        known = CUDA_ARCHS if info.field_name == "cuda" else HIP_ARCHS
+        known = arch_table.known(info.field_name)
         FieldError.collect(
             [
                 (
                     (i,),
-                    f"{ascii(a)[:60]} is not a {info.field_name} arch{_suggest(a, known)}; known: {', '.join(known)}",
+                    f"{ascii(a)[:60]} is not a {info.field_name} arch{_suggest(a, known)}; known: {', '.join(known)} "
+                    "(a new arch is a row of k3gen/runtime/archs.py)",
                 )
                 for i, a in enumerate(archs)
                 if a not in known
@@ -620,7 +620,7 @@ class Runner(SpecModel):
     @field_validator("archs")
     @classmethod
     def _known_archs(cls, archs: list[str]) -> list[str]:
-        known = (*CUDA_ARCHS, *HIP_ARCHS)
+        known = arch_table.known()
         FieldError.collect(
             [
                 ((i,), f"{ascii(a)[:60]} is not an arch{_suggest(a, known)}; known: {', '.join(known)}")

@@ -160,6 +160,7 @@ def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
                     "a rule k3gen.spec_checks lacks: report it with this spec",
                 )
             )
+    errors += tuning.check_tables(root, {ls.spec.kernel: ls.file for ls in loaded})
     if errors:
         raise SpecErrors(errors)
     _assert_unique_identities(plans)
@@ -225,7 +226,7 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
         selects,
         read_limits(root, s.template)[0],
         ls.located,
-        tuning.resolve(s, ls.file, root, [v.name for v in variants]),
+        tuning.read_table(s, ls.file, root, [v.name for v in variants]),
     )
 
 

@@ -78,15 +78,13 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
             raise RuntimeError(f"k3gen bug: {path} rendered twice")
         files[path] = text
 
-    put("k3kernels/csrc/k3_backend.h", _render(env, "common/k3_backend.h.j2", None))
+    backend_header = _render(env, "common/k3_backend.h.j2", None)
+    put("k3kernels/csrc/k3_backend.h", backend_header)
     errors = []
     families = {p.name: p for p in plans}
     for p in plans:
         try:
-            rendered = {**render_family(env, p, families), **render_doc(env, p)}
-        except SpecErrors as exc:  # a tuning table that measured another kernel (k3gen.tuning)
-            errors += exc.errors
-            continue
+            rendered = {**render_family(env, p, families, backend_header), **render_doc(env, p)}
         except (jinja2.TemplateError, KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
             errors.append(located(p, exc, root))
             continue
@@ -106,6 +104,26 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
         ),
     )
     return files
+
+
+def settled_tuning(p: FamilyPlan, files: dict[str, str]):
+    """The family's tuning with each pick checked against the rendered code (k3gen.tuning), or None."""
+    if p.tuning is None:
+        return None
+    kernel = files[f"k3kernels/csrc/{p.name}/{KERNEL_HEADER.format(name=p.name)}"]
+    current = tuning.identities(p, kernel, files["k3kernels/csrc/k3_backend.h"])
+    return p.tuning.settled([v.name for v in p.variants], current)
+
+
+def untuned_notes(plans: list[FamilyPlan], files: dict[str, str]) -> list[SpecError]:
+    """One located line per family whose variants run the default config for want of a current pick."""
+    notes = []
+    for p in plans:
+        t = settled_tuning(p, files)
+        if t is not None and t.untuned:
+            line = p.located.line_of(("tuning",)) if p.located is not None else 1
+            notes.append(t.untuned_note(p.name, p.file, line, len(p.variants)))
+    return notes
 
 
 def located(p: FamilyPlan, exc: Exception, root: Path) -> SpecError:
@@ -139,8 +157,11 @@ def kernel_headers(p: FamilyPlan, backend: str) -> list[str]:
     return [KERNEL_HEADER.format(name=p.name), f"{p.name}_abi.h", "../k3_backend.h"]
 
 
-def render_family(env: jinja2.Environment, p: FamilyPlan, families: dict | None = None) -> dict[str, str]:
-    """One family's files; `families` (by name) gives the runner table's test the contract's family."""
+def render_family(
+    env: jinja2.Environment, p: FamilyPlan, families: dict | None = None, backend_header: str | None = None
+) -> dict[str, str]:
+    """One family's files; `families` (by name) gives the runner table's test the contract's family;
+    `backend_header`: the rendered k3_backend.h (rendered here when not given)."""
     out = {}
     csrc = f"k3kernels/csrc/{p.name}"
     resolved = p.backend_routing()
@@ -159,16 +180,19 @@ def render_family(env: jinja2.Environment, p: FamilyPlan, families: dict | None 
     out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
     header = KERNEL_HEADER.format(name=p.name)
     out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **common)
+    tuned = None
     if p.tuning is not None:  # what a tuning table measures: the kernel code, before any picks
-        current = tuning.identity(p, out[f"{csrc}/{header}"], _render(env, "common/k3_backend.h.j2", None))
-        tuning.check_identity(p, current)
+        if backend_header is None:
+            backend_header = _render(env, "common/k3_backend.h.j2", None)
+        tuned = settled_tuning(p, {**out, "k3kernels/csrc/k3_backend.h": backend_header})
+        routes = {r.backend: r.test_data() for r in resolved} if routing.declares_routing(p.spec) else {}
         data = {
             "@generated": f"by k3gen from {p.file}; do not edit; run `k3gen build`",
-            **tuning.tuner_data(p, current, oracle_spec(p)),
+            **tuning.tuner_data(p, tuned.current, oracle_spec(p), routes),
         }
         out[f"k3kernels/tuning/{p.name}.json"] = json.dumps(data, indent=1, sort_keys=True) + "\n"
     for backend in p.backends:
-        ctx = dict(common, backend=backend, kernel_header=header)
+        ctx = dict(common, backend=backend, kernel_header=header, tuned=tuned)
         for v in p.variants:
             out[f"{csrc}/{v.name}.{TU_EXT[backend]}"] = _render(env, "common/variant.cu.j2", p, p=p, v=v, **ctx)
         out[f"{csrc}/dispatch.{TU_EXT[backend]}"] = _render(env, "common/dispatch.cu.j2", p, p=p, **ctx)

@@ -28,14 +28,15 @@ class LocatedData:
         return self.lines.get(path, 1)
 
 
-def parse_yaml(text: str, file: str) -> tuple[LocatedData | None, list[SpecError]]:
-    """Parse one YAML document; on failure return the errors (bad syntax, duplicate keys)."""
+def parse_yaml(text: str, file: str, max_nodes: int = MAX_YAML_NODES) -> tuple[LocatedData | None, list[SpecError]]:
+    """Parse one YAML document; on failure return the errors (bad syntax, duplicate keys).
+    max_nodes: the most values it may hold (a spec's bound; a tuning table has more rows)."""
     try:
         loader = yaml.SafeLoader(text)
     except yaml.reader.ReaderError as exc:  # a control character YAML refuses to read at all
         return None, [_unreadable(exc, text, file)]
     try:
-        refused = _refuse_unbounded(loader, file)
+        refused = _refuse_unbounded(loader, file, max_nodes)
     except yaml.MarkedYAMLError as exc:
         return None, [_syntax_error(exc, file)]
     except yaml.reader.ReaderError as exc:
@@ -63,7 +64,7 @@ def parse_yaml(text: str, file: str) -> tuple[LocatedData | None, list[SpecError
     return LocatedData(data, lines), errors
 
 
-def _refuse_unbounded(loader, file: str) -> SpecError | None:
+def _refuse_unbounded(loader, file: str, max_nodes: int) -> SpecError | None:
     """Walk the event stream (no document is built yet) and refuse what could make the document
     unbounded or not plain data: anchors and aliases (an alias bomb expands a few bytes into
     gigabytes), nesting deeper than MAX_YAML_DEPTH, more than MAX_YAML_NODES nodes, foreign tags.
@@ -93,8 +94,9 @@ def _refuse_unbounded(loader, file: str) -> SpecError | None:
         if tag and tag not in PLAIN_TAGS and tag not in ("!", "?"):
             return refuse(f"the tag {ascii(tag)[:80]} is not allowed; remove it and write a plain value")
         nodes += 1
-        if nodes > MAX_YAML_NODES:
-            return refuse(f"more than {MAX_YAML_NODES} values (bounds.MAX_YAML_NODES); a spec is short")
+        if nodes > max_nodes:
+            name = "bounds.MAX_YAML_NODES" if max_nodes == MAX_YAML_NODES else "bounds.MAX_TABLE_NODES"
+            return refuse(f"more than {max_nodes} values ({name}); such a file is short")
         if isinstance(event, yaml.ScalarEvent):
             if is_key:
                 frames[-1][2], frames[-1][3] = event.value, False

@@ -236,7 +236,8 @@ CASES = [
         "unknown arch, with suggestion",
         edit("cuda: [sm_90a, sm_100a]", "cuda: [sm_90a, sm90a]"),
         "sm90a",
-        K + "targets.cuda.1): 'sm90a' is not a cuda arch (did you mean 'sm_90a'?); known: sm_90a, sm_100a, sm_120a",
+        K + "targets.cuda.1): 'sm90a' is not a cuda arch (did you mean 'sm_90a'?); known: sm_80, sm_89, sm_90a, "
+        "sm_100a, sm_120a (a new arch is a row of k3gen/runtime/archs.py)",
     ),
     Case(
         "duplicate arch",
@@ -597,7 +598,8 @@ def test_errors_of_all_specs_are_collected_together(project: Path):
     assert _load_errors(project) == [
         "specs/a_empty.yaml:1 (<yaml>): the file is empty; write a mapping starting with `kernel: NAME`",
         f"{SPEC_FILE}:{line_of(VALID, 'cuda:')} {K}targets.cuda.1): 'sm90a' is not a cuda arch "
-        "(did you mean 'sm_90a'?); known: sm_90a, sm_100a, sm_120a",
+        "(did you mean 'sm_90a'?); known: sm_80, sm_89, sm_90a, sm_100a, sm_120a (a new arch is a row of "
+        "k3gen/runtime/archs.py)",
     ]
 
 

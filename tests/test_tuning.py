@@ -40,9 +40,10 @@ def _data(root: Path) -> dict:
 
 
 def _table(root: Path, picks: dict, identity: str | None = None) -> Path:
+    """A table as `k3gen tune` writes it; identity: what every variant claims instead of the current code."""
     data = _data(root)
     if identity is not None:
-        data["identity"] = identity
+        data["variants"] = [dict(v, identity=identity) for v in data["variants"]]
     result = {"data": data, "picks": picks, "discarded": [], "arch": "sm_90a", "seconds": 1.0}
     path = root / "specs/tuning/route_topk.h200.yaml"
     path.parent.mkdir(exist_ok=True)
@@ -68,17 +69,32 @@ def _unit(root: Path, variant: str = "route_topk__score_bf16__bias_fp32") -> str
     return (root / f"generated/k3kernels/csrc/route_topk/{variant}.cu").read_text()
 
 
+def _line(path: Path, prefix: str) -> int:
+    return next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith(prefix))
+
+
 def test_without_a_table_every_config_is_compiled_and_the_default_runs(tmp_path, capsys):
     root = _project(tmp_path)
-    assert _build(root, capsys)[0] == 0
+    rc, err = _build(root, capsys)
+    assert rc == 0
     unit = _unit(root)
-    assert "constexpr int buckets = 0;" in unit  # every M misses: the default runs, one line says so
+    assert "k3::untuned_config(tuning, said," in unit  # every M runs the default; its first call says so
     for threads in (128, 256, 512):
         assert f"/*block_threads=*/{threads}>" in unit
-    assert "tune with `k3gen tune --family route_topk`" in unit
+    assert (
+        "\"route_topk__score_bf16__bias_fp32 is untuned (no table); ran the spec's default config "
+        '(block_threads=256); tune with `k3gen tune --family route_topk`"' in unit
+    )
+    line = _line(root / SPEC, "tuning:")
+    assert (
+        f'note: specs/route_topk.yaml:{line} (kernel "route_topk", tuning): untuned: no table '
+        "specs/tuning/route_topk.DEVICE.yaml yet; all 3 variants run the spec's default config (block_threads=256); "
+        "tune on a GPU with `k3gen tune --family route_topk`"
+    ) in err
     data = _data(root)
     assert data["configs"] == [{"block_threads": 256}, {"block_threads": 128}, {"block_threads": 512}]
     assert data["variants"][0]["name"] == "route_topk__score_bf16__bias_fp32"
+    assert len(data["variants"][0]["identity"]) == 64
 
 
 def test_the_table_picks_are_compiled_into_each_variant(tmp_path, capsys):
@@ -86,7 +102,8 @@ def test_the_table_picks_are_compiled_into_each_variant(tmp_path, capsys):
     assert _build(root, capsys)[0] == 0
     names = [v["name"] for v in _data(root)["variants"]]
     _table(root, {n: _rows(128, 128, 256) for n in names})
-    assert _build(root, capsys)[0] == 0
+    rc, err = _build(root, capsys)
+    assert rc == 0 and "untuned" not in err
     unit = _unit(root)
     assert "bucket_config[] = {1, 1, 0};" in unit and "constexpr int buckets = 3;" in unit
     assert "specs/tuning/route_topk.h200.yaml" in unit
@@ -104,35 +121,94 @@ def test_a_comment_in_the_table_changes_nothing(tmp_path, capsys):
     assert _unit(root) == before
 
 
-def test_a_table_of_another_kernel_is_a_located_error(tmp_path, capsys):
+def test_a_table_that_measured_other_code_leaves_its_variants_untuned(tmp_path, capsys):
+    """A template or variant edit makes the picks stale: the build succeeds, every stale variant runs
+    the default config, and one located line says so (issue 25: a table never blocks a build)."""
     root = _project(tmp_path)
     assert _build(root, capsys)[0] == 0
     names = [v["name"] for v in _data(root)["variants"]]
     path = _table(root, {n: _rows(128, 128, 256) for n in names}, identity="0" * 64)
     rc, err = _build(root, capsys)
-    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith("identity:"))
-    assert rc == 2
+    assert rc == 0
     assert (
-        f'specs/tuning/route_topk.h200.yaml:{line} (kernel "route_topk", identity): the table measured '
-        "another kernel or knobs"
+        f'note: specs/tuning/route_topk.h200.yaml:{_line(path, "picks:")} (kernel "route_topk", picks): 3 of 3 '
+        f"variants untuned (stale: the kernel code, knobs, shape or the variant changed since the table measured "
+        f"it: {', '.join(names)}); they run the spec's default config (block_threads=256) until "
+        "`k3gen tune --family route_topk` runs on NVIDIA H200"
     ) in err
-    assert "rerun `k3gen tune --family route_topk` on NVIDIA H200" in err
+    assert "k3::untuned_config(" in _unit(root) and "untuned (stale in specs/tuning/route_topk.h200.yaml)" in _unit(
+        root
+    )
+    assert main(["--root", str(root), "check"]) == 0
+    assert "3 of 3 variants untuned" in capsys.readouterr().err
 
 
-def test_a_table_naming_no_candidate_or_missing_a_variant_is_a_located_error(tmp_path, capsys):
+def test_a_variant_without_a_pick_is_untuned_and_the_others_keep_theirs(tmp_path, capsys):
     root = _project(tmp_path)
     assert _build(root, capsys)[0] == 0
     names = [v["name"] for v in _data(root)["variants"]]
-    picks = {n: _rows(128, 128, 256) for n in names[1:]}
+    path = _table(root, {n: _rows(128, 128, 256) for n in names[1:]})
+    rc, err = _build(root, capsys)
+    assert rc == 0
+    assert (
+        f'(kernel "route_topk", picks): 1 of 3 variants untuned (no pick: {names[0]}); it runs the spec\'s '
+        "default config (block_threads=256) until `k3gen tune --family route_topk` runs on NVIDIA H200"
+    ) in err
+    assert f"specs/tuning/route_topk.h200.yaml:{_line(path, 'picks:')}" in err
+    assert "k3::untuned_config(" in _unit(root, names[0])
+    assert "bucket_config[] = {1, 1, 0};" in _unit(root, names[1])
+
+
+def test_a_table_naming_no_candidate_or_no_variant_is_a_located_error(tmp_path, capsys):
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    picks = {n: _rows(128, 128, 256) for n in names}
     picks[names[1]] = _rows(96, 128, 256)
-    _table(root, picks)
+    path = _table(root, picks)
+    path.write_text(path.read_text().replace(names[2], "route_topk__score_fp8__bias_fp32"))
     rc, err = _build(root, capsys)
     assert rc == 2
     assert (
-        f"(kernel \"route_topk\", picks.{names[1]}.0.config): config {{'block_threads': 96}} is not a "
-        "candidate of tuning.knobs" in err
+        f"(kernel \"route_topk\", picks.{names[1]}.rows.0.config): config {{'block_threads': 96}} is not a "
+        "candidate of tuning.knobs (3 configs: block_threads=256; block_threads=128; block_threads=512)" in err
     )
-    assert f"no pick per bucket for variant {names[0]}" in err
+    assert (
+        "(kernel \"route_topk\", picks.route_topk__score_fp8__bias_fp32): 'route_topk__score_fp8__bias_fp32' is no "
+        "variant of route_topk (the spec no longer generates it); delete its entry, or rerun "
+        "`k3gen tune --family route_topk`"
+    ) in err
+
+
+def test_a_table_of_the_old_format_is_a_located_error(tmp_path, capsys):
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    path = _table(root, {n: _rows(128, 128, 256) for n in names})
+    path.write_text(path.read_text().replace("format: 2", "format: 1"))
+    rc, err = _build(root, capsys)
+    assert rc == 2
+    assert (
+        f'specs/tuning/route_topk.h200.yaml:{_line(path, "format:")} (kernel "route_topk", format): format 1 is '
+        "not 2; rerun `k3gen tune --family route_topk` (or delete the table)"
+    ) in err
+
+
+def test_a_table_of_no_family_is_a_located_error_naming_both_files(tmp_path, capsys):
+    """Renaming `kernel:` orphans the table: said, never ignored."""
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    _table(root, {n: _rows(128, 128, 256) for n in names})
+    spec = root / SPEC
+    spec.write_text(spec.read_text().replace("kernel: route_topk\n", "kernel: route_topk_k3\n"))
+    rc, err = _build(root, capsys)
+    assert rc == 2
+    assert (
+        'specs/tuning/route_topk.h200.yaml:1 (kernel "route_topk", <file>): a tuning table of family route_topk, '
+        "which no spec declares (specs/route_topk.yaml now declares kernel 'route_topk_k3'); delete it, or rerun "
+        "`k3gen tune` for the family that replaced it"
+    ) in err
 
 
 @pytest.mark.parametrize(
@@ -214,10 +290,9 @@ def test_tune_family_flow_without_a_gpu(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "k3kernels.fake", fam)
     monkeypatch.setitem(sys.modules, "fake_oracle", oracle)
     data = {
-        "format": 1,
+        "format": 2,
         "family": "fake",
         "spec": "specs/fake.yaml",
-        "identity": "ab" * 32,
         "knobs": ["t"],
         "configs": [{"t": 256}, {"t": 128}, {"t": 512}],
         "buckets": [1, 128],
@@ -226,7 +301,7 @@ def test_tune_family_flow_without_a_gpu(monkeypatch, tmp_path):
         "oracle_spec": {"constants": {}},
         "routing": {},
         "cases": ["edge"],
-        "variants": [{"name": "fake__v", "variant": {"x": "bf16"}}],
+        "variants": [{"name": "fake__v", "variant": {"x": "bf16"}, "identity": "ab" * 32}],
     }
     gen = tmp_path / "generated"
     (gen / "k3kernels" / "tuning").mkdir(parents=True)
@@ -244,3 +319,4 @@ def test_tune_family_flow_without_a_gpu(monkeypatch, tmp_path):
     )  # faster, not by 2%
     text = tuning_run.render_table(result, "NVIDIA H200")
     assert '"config": {"t": 256}' in text and "discarded:\n  - " in text
+    assert f'  fake__v:\n    identity: "{"ab" * 32}"\n    rows:\n      - ' in text

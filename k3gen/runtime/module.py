@@ -13,13 +13,12 @@ from pathlib import Path
 
 import torch
 
+from .archs import backend_of, of_capability
 from .cache import PREBUILT, PREBUILT_INDEX, BuildRequest, ensure_any, ensure_built
 from .errors import K3BuildError, K3Error, K3UnsupportedError
 
 log = logging.getLogger("k3gen")
 ERR_LEN = 1024
-# CUDA archs whose code is built arch-specific ("a" suffix): it runs only on that exact chip.
-_ARCH_SPECIFIC = {(9, 0), (10, 0), (12, 0)}
 
 
 def device_arch(device=None) -> str | None:
@@ -30,8 +29,7 @@ def device_arch(device=None) -> str | None:
     props = torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device())
     if torch.version.hip:
         return props.gcnArchName.split(":")[0]
-    cc = (props.major, props.minor)
-    return f"sm_{cc[0]}{cc[1]}" + ("a" if cc in _ARCH_SPECIFIC else "")
+    return of_capability(props.major, props.minor)
 
 
 class FamilyModule:
@@ -72,7 +70,7 @@ class FamilyModule:
         return device_arch(device) in self.archs()
 
     def request(self, arch: str) -> BuildRequest:
-        backend = "hip" if arch.startswith("gfx") else "cuda"
+        backend = backend_of(arch)
         return BuildRequest(
             self.family,
             arch,

@@ -8,11 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .archs import ARCHS, backend_of
 from .errors import K3ToolchainMissing
-
-
-def backend_of(arch: str) -> str:
-    return "hip" if arch.startswith("gfx") else "cuda"
 
 
 @functools.cache
@@ -72,10 +69,10 @@ def compiler_name(compiler: str) -> str:
 
 def compile_flags(arch: str, defines: list[str], include: Path) -> list[str]:
     common = ["-O3", "-std=c++17", *defines, f"-I{include}"]
+    target = ARCHS[arch].compile_flags()
     if backend_of(arch) == "cuda":
-        number = arch.removeprefix("sm_")
-        return [*common, "-Xcompiler=-fPIC", f"-gencode=arch=compute_{number},code={arch}"]
-    return [*common, "-x", "hip", f"--offload-arch={arch}", "-fPIC"]
+        return [*common, "-Xcompiler=-fPIC", *target]
+    return [*common, *target, "-fPIC"]
 
 
 def link_flags(arch: str) -> list[str]:
@@ -84,10 +81,27 @@ def link_flags(arch: str) -> list[str]:
 
 def launcher() -> list[str]:
     """$K3GEN_COMPILER_LAUNCHER (e.g. `sccache`), split like a shell would: it prefixes every compile
-    (never a link), in JIT and AOT builds alike. It changes no output, so no key hashes it."""
+    (never a link), in JIT and AOT builds alike. It changes no output, so no key hashes it.
+
+    Checked before any unit builds: a value that does not split, or whose program is not an
+    executable, is one K3ToolchainMissing line instead of one shell error per unit."""
     import shlex
 
-    return shlex.split(os.environ.get("K3GEN_COMPILER_LAUNCHER", ""))
+    value = os.environ.get("K3GEN_COMPILER_LAUNCHER", "")
+    shown = ascii(value)[1:-1][:200]
+    try:
+        argv = shlex.split(value)
+    except ValueError as exc:
+        raise K3ToolchainMissing(
+            f"k3gen: K3GEN_COMPILER_LAUNCHER='{shown}' does not split into words ({exc}); fix its quoting, "
+            "e.g. K3GEN_COMPILER_LAUNCHER=sccache"
+        ) from None
+    if argv and shutil.which(argv[0]) is None:
+        raise K3ToolchainMissing(
+            f"k3gen: K3GEN_COMPILER_LAUNCHER='{shown}': {ascii(argv[0])[1:-1][:120]} is not an executable "
+            "(not found on PATH, or not executable); install it, or unset K3GEN_COMPILER_LAUNCHER"
+        )
+    return argv
 
 
 # clang's message when it has no ROCm device bitcode to link HIP code against (one per unit).

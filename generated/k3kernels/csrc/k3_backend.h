@@ -304,6 +304,16 @@ inline int pick_config(Tuning& tu, int64_t m, const int64_t* bucket_max, const i
   return 0;
 }
 
+// An untuned variant (no pick in its table, or a stale one: k3gen.tuning): the spec's default config
+// for every M, counted as a miss; the first call of each such variant says so (`said` is its own).
+inline int untuned_config(Tuning& tu, std::atomic<bool>& said, const char* family, const char* note) {
+  const int forced = tu.forced.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced;
+  tu.misses.fetch_add(1, std::memory_order_relaxed);
+  if (!said.exchange(true, std::memory_order_relaxed)) fprintf(stderr, "k3gen: %s: %s\n", family, note);
+  return 0;
+}
+
 // Write a message into the caller's buffer; the entry point returns non-zero.
 inline int fail(char* err, size_t err_len, const char* msg) {
   if (err && err_len) snprintf(err, err_len, "%s", msg);
