@@ -28,12 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .runtime.errors import K3BuildError
+from .runtime.jobs import jobs_argument
 
 
 class CompileUsageError(ValueError):
@@ -70,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-j",
         "--jobs",
-        type=int,
+        type=jobs_argument,
         help="parallel compiles (default: $K3GEN_JOBS, else min(cores, "
         "available memory / the measured peak of one unit))",
     )
@@ -124,13 +126,38 @@ def targets_for(pairs: list[tuple[object, str]], csrc: Path) -> list[Target]:
     return out
 
 
+class UnvouchedTree(CompileUsageError):
+    """generated/ is not what its MANIFEST vouches for: nothing of it is loaded or shipped."""
+
+
 def wrappers(root: Path) -> dict[str, object]:
     """{family: its generated FamilyModule}, loaded from <root>/generated/k3kernels by path: the
-    requests the runtime itself will make, and nothing of the generator (no pydantic, jinja2, YAML)."""
+    requests the runtime itself will make, and nothing of the generator (no pydantic, jinja2, YAML).
+
+    Only a tree its MANIFEST vouches for is loaded (k3gen.write.verify_tree, the part of `k3gen check`
+    that needs no generator), and only the wrappers MANIFEST lists."""
     import importlib.util
 
-    pkg = root / "generated" / "k3kernels"
-    names = sorted(f.stem for f in pkg.glob("*.py") if f.stem not in ("__init__", "runners"))
+    from .write import manifest_entries, verify_tree
+
+    generated = root / "generated"
+    if problems := verify_tree(generated):
+        raise UnvouchedTree(
+            "generated/ is not what its MANIFEST vouches for, so nothing of it runs: "
+            + "; ".join(ascii(p)[1:-1] for p in problems[:5])
+            + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+            + "; run `k3gen check` (and `k3gen build`) where the generator is installed"
+        )
+    pkg = generated / "k3kernels"
+    listed = manifest_entries(generated)
+    names = sorted(
+        Path(rel).stem
+        for rel in listed
+        if rel.startswith("k3kernels/")
+        and rel.count("/") == 1
+        and rel.endswith(".py")
+        and Path(rel).stem not in ("__init__", "runners")
+    )
     out = {}
     for name in names:
         spec = importlib.util.spec_from_file_location(f"_k3gen_wrapper_{name}", pkg / f"{name}.py")
@@ -141,31 +168,52 @@ def wrappers(root: Path) -> dict[str, object]:
     return out
 
 
+MAX_RECORD_BYTES = 16 * 1024 * 1024  # a K3GEN_RECORD file: one short line per (family, variant, arch)
+_RECORD_NAME = re.compile(r"[a-z][a-z0-9_]{0,199}\Z")  # family and variant names (k3gen.grammar's kind)
+
+
+def read_record(path: Path) -> list[tuple[int, str, str, str]]:
+    """(line number, family, variant, arch) of each line of a K3GEN_RECORD file, read through the one
+    reader (a plain file, at most MAX_RECORD_BYTES); CompileUsageError naming the line otherwise.
+    Fields are names, so nothing of the file reaches a message unescaped."""
+    from .runtime.files import Refused, read_text
+
+    shown = ascii(str(path))[1:-1]
+    try:
+        text = read_text(path, path.parent, MAX_RECORD_BYTES, shown, "k3gen.aot.MAX_RECORD_BYTES")
+    except Refused as exc:
+        raise CompileUsageError(f"cannot read the record {exc}") from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            fields = [entry[k] for k in ("family", "variant", "arch")]
+            if not all(isinstance(f, str) and _RECORD_NAME.match(f) for f in fields):
+                raise TypeError("fields are names")
+        except (ValueError, KeyError, TypeError):
+            raise CompileUsageError(
+                f"{shown}:{n}: not a K3GEN_RECORD line (JSON with family, variant and arch names): {line[:120]!a}"
+            ) from None
+        out.append((n, *fields))
+    return out
+
+
 def from_record(root: Path, path: Path) -> list[Target]:
     """The variant libraries a K3GEN_RECORD file names, once each, in its order: the requests the
     generated wrappers make (needs torch, not the generator)."""
     from .runtime.toolchain import find_compiler
 
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise CompileUsageError(f"cannot read the record {path}: {exc.strerror or exc}") from None
+    lines = read_record(path)
+    shown = ascii(str(path))[1:-1]
     modules = wrappers(root)
     seen, out = set(), []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-            family, variant, arch = entry["family"], entry["variant"], entry["arch"]
-        except (ValueError, KeyError, TypeError):
-            raise CompileUsageError(
-                f"{path}:{n}: not a K3GEN_RECORD line (JSON with family, variant, arch): {line[:120]!r}"
-            ) from None
+    for n, family, variant, arch in lines:
         module = modules.get(family)
         if module is None or arch not in module.arch_defines:
             raise CompileUsageError(
-                f"{path}:{n}: {family} for {arch} is not declared by the specs (recorded from another tree?)"
+                f"{shown}:{n}: {family} for {arch} is not declared by the specs (recorded from another tree?)"
             )
         if (family, variant, arch) in seen:
             continue
@@ -175,7 +223,7 @@ def from_record(root: Path, path: Path) -> list[Target]:
             vreq = req.variant_request(variant)
         except K3BuildError:
             raise CompileUsageError(
-                f"{path}:{n}: {family} has no variant {variant} (recorded from another tree?)"
+                f"{shown}:{n}: {family} has no variant {variant} (recorded from another tree?)"
             ) from None
         out.append(Target(vreq, find_compiler(req.backend), vreq.content_key()))
     return out
@@ -243,17 +291,21 @@ def record_costs(targets: list[Target], out: Path, root: Path | None, jobs) -> N
     costs.save(local, costs.load(local, str(local)).merge(measured))
     if root is not None:
         table = root / costs.TABLE
-        if costs.save(table, costs.load(table).merge(measured)):
+        if costs.save(table, costs.load(table, root=root).merge(measured)):
             print(f"k3gen compile: recorded the compile costs of {len(targets)} libraries in {costs.TABLE}")
 
 
 def compile_matrix(plans: list, root: Path, args) -> int:
     """Build, print a summary; 0 when every library has its record, 1 otherwise, 2 for bad arguments."""
+    from .runtime.jobs import env_jobs
     from .runtime.toolchain import launcher
 
     csrc = root / "generated" / "k3kernels" / "csrc"
     try:
         launcher()  # a launcher that cannot run is one line here, not one shell error per unit
+        env_jobs()
+        if args.out is not None and args.out.exists() and not args.out.is_dir():
+            raise CompileUsageError(f"--out {args.out} is a file; the libraries go into a folder")
         if getattr(args, "from_record", None):
             if args.arch or args.family:
                 raise CompileUsageError("--from-record builds what the record names; drop --arch and --family")
@@ -347,14 +399,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m k3gen.aot", description=main.__doc__.splitlines()[0])
     p.add_argument("--root", type=Path, default=Path.cwd(), help="the project (default: here)")
     p.add_argument("--from-record", type=Path, metavar="FILE", required=True)
-    p.add_argument("-j", "--jobs", type=int)
+    p.add_argument("-j", "--jobs", type=jobs_argument)
     p.add_argument("--out", type=Path, help="output directory (default: <project>/build/aot)")
     args = p.parse_args(argv)
     root = args.root.resolve()
+    from .runtime.jobs import env_jobs
     from .runtime.toolchain import launcher
 
     try:
         launcher()
+        env_jobs()
         targets = from_record(root, args.from_record)
     except CompileUsageError as exc:
         print(f"k3gen compile: {exc}", file=sys.stderr)

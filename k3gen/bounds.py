@@ -8,6 +8,11 @@ from __future__ import annotations
 
 MAX_SPEC_BYTES = 64 * 1024  # a spec file; the bundled ones are under 4 KiB
 MAX_TABLE_BYTES = 1024 * 1024  # a tuning table: a row per variant and bucket (256 x 8 rows: ~700 KiB)
+MAX_SOURCE_BYTES = 1024 * 1024  # an oracle module or a template's limits.yaml read by the loader
+MAX_COST_TABLE_BYTES = 4 * 1024 * 1024  # specs/compile_costs.json (a few hundred units per arch: ~50 KiB each)
+MAX_UNIT_SECONDS = 24 * 3600.0  # a compile-cost table entry: one unit's compile time
+MAX_ARTIFACT_BYTES = 1 << 40  # a compile-cost table entry: an object's or a library's size
+MAX_TEST_ELEMENTS = 1 << 28  # elements of the largest tensor a generated test allocates (1 GiB of fp32)
 MAX_TABLE_NODES = 100_000  # values in one tuning table (256 variants x 8 buckets of ~20 values: 41k)
 MAX_YAML_DEPTH = 12  # nesting of mappings and lists in one spec
 MAX_YAML_NODES = 20_000  # scalars, lists and mappings in one spec

@@ -35,13 +35,15 @@ def find_root(start: Path) -> Path:
 
 
 def check_root(root: Path) -> Path:
-    """--root as given: a folder holding specs/ and templates/, else NotAProject naming what is missing."""
+    """--root as given: a folder holding specs/ and templates/, else NotAProject naming what is missing
+    (the path escaped: a control character in it never reaches the terminal raw)."""
+    shown = ascii(str(root))[1:-1]
     if not root.is_dir():
-        raise NotAProject(f"--root {root} is not a folder; pass the project's folder (the one holding specs/)")
+        raise NotAProject(f"--root {shown} is not a folder; pass the project's folder (the one holding specs/)")
     missing = [f"{name}/" for name in PROJECT_DIRS if not (root / name).is_dir()]
     if missing:
         raise NotAProject(
-            f"--root {root} is not a k3gen project: it has no {' and no '.join(missing)}; pass the folder "
+            f"--root {shown} is not a k3gen project: it has no {' and no '.join(missing)}; pass the folder "
             "holding specs/ and templates/"
         )
     return root
@@ -95,11 +97,12 @@ def cmd_build(root: Path, args) -> int:
 def cmd_check(root: Path, args) -> int:
     from . import costs
     from .pricing import over_budget
-    from .write import drift
+    from .write import drift, project_strays
 
     plans, files, libs = _render(root, say_untuned=True)
     diff = drift(files, root / "generated")
-    budget = over_budget(plans, libs, costs.load(root / costs.TABLE))
+    strays = project_strays(root)
+    budget = over_budget(plans, libs, costs.load(root / costs.TABLE, root=root))
     if diff:
         sys.stdout.write(diff)
         print(
@@ -112,7 +115,9 @@ def cmd_check(root: Path, args) -> int:
             f"k3gen check: over budget (priced from {costs.TABLE}):\n" + "\n".join(f"  {e}" for e in budget),
             file=sys.stderr,
         )
-    if diff or budget:
+    if strays:
+        print("k3gen check: files k3gen does not vouch for:\n" + "\n".join(f"  {s}" for s in strays), file=sys.stderr)
+    if diff or budget or strays:
         return 1
     print("k3gen check: generated/ is up to date")
     return 0

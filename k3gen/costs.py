@@ -108,12 +108,31 @@ class CostTable:
         return [e for units in self.units.values() for e in units.values()]
 
 
-def load(path: Path, shown: str = TABLE) -> CostTable:
-    """The table at path; an empty one when there is none. Raise CostTableError when malformed."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number a cost table holds")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 15:  # far above MAX_ARTIFACT_BYTES: never a 4,001-digit number
+        raise ValueError(f"the integer {text[:20]}... has {len(text)} digits")
+    return int(text)
+
+
+def load(path: Path, shown: str = TABLE, root: Path | None = None) -> CostTable:
+    """The table at path (read through the one reader: a plain file inside `root`, default its
+    folder, at most MAX_COST_TABLE_BYTES); an empty one when there is none. Raise CostTableError
+    when malformed or when a number is not finite, negative or beyond MAX_UNIT_SECONDS /
+    MAX_ARTIFACT_BYTES."""
+    from .bounds import MAX_COST_TABLE_BYTES
+    from .runtime.files import Refused, read_text
+
+    if not path.exists() and not path.is_symlink():
         return CostTable()
+    try:
+        text = read_text(path, root or path.parent, MAX_COST_TABLE_BYTES, shown, "bounds.MAX_COST_TABLE_BYTES")
+        data = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int)
+    except Refused as exc:
+        raise CostTableError(f"{shown}: {exc.reason}; a cost table is a plain file") from None
     except (OSError, ValueError) as exc:
         raise CostTableError(
             f"{shown}: not readable JSON ({exc}); rerun `k3gen compile --record-costs` or restore it from git"
@@ -135,8 +154,8 @@ def load(path: Path, shown: str = TABLE) -> CostTable:
     ]
     if problems or not isinstance(table.measured, dict):
         raise CostTableError(
-            f"{shown}: entries that are not non-negative numbers: "
-            f"{', '.join(problems[:5]) or 'measured'}{' …' if len(problems) > 5 else ''}"
+            f"{shown}: entries that are not finite non-negative numbers within bounds.MAX_UNIT_SECONDS and "
+            f"bounds.MAX_ARTIFACT_BYTES: {', '.join(problems[:5]) or 'measured'}{' …' if len(problems) > 5 else ''}"
         )
     return table
 
@@ -150,9 +169,14 @@ def _items(mapping) -> list:
 
 
 def _entry_ok(entry, fields: tuple[str, ...]) -> bool:
-    return isinstance(entry, dict) and all(
-        isinstance(entry.get(f), (int, float)) and not isinstance(entry.get(f), bool) and entry[f] >= 0 for f in fields
-    )
+    from .bounds import MAX_ARTIFACT_BYTES, MAX_UNIT_SECONDS
+
+    def ok(name: str) -> bool:
+        v = entry.get(name)
+        top = MAX_UNIT_SECONDS if name == "seconds" else MAX_ARTIFACT_BYTES
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= top  # NaN fails both
+
+    return isinstance(entry, dict) and all(ok(f) for f in fields)
 
 
 # ---------------------------------------------------------------------- measuring a `k3gen compile`

@@ -675,8 +675,14 @@ def export_rev(root: Path, rev: str, dest: Path) -> tuple[Path, str]:
     (dest / prefix / "specs").mkdir(parents=True, exist_ok=True)
     if present:
         data = _git(top, "archive", "--format=tar", short, "--", *present, binary=True)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(dest, filter="data")
+        try:  # the "data" filter refuses links out of dest, absolute paths, devices: said in one line
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                tar.extractall(dest, filter="data")
+        except tarfile.TarError as exc:
+            raise DiffError(
+                f"k3gen diff: {short} holds a file k3gen will not unpack ({type(exc).__name__}: "
+                f"{ascii(str(exc))[1:-1][:200]}); specs/, templates/ and k3gen/oracles/ hold plain files only"
+            ) from None
     return dest / prefix, short
 
 
@@ -705,7 +711,7 @@ def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = No
         rev, how = default_rev(root)
     new_plans = resolve_all(load_specs(root), root)
     new_files = with_manifest(render_all(new_plans, root))
-    table = costs.load(root / costs.TABLE)
+    table = costs.load(root / costs.TABLE, root=root)
     with tempfile.TemporaryDirectory(prefix="k3gen-diff-") as tmp:
         old_root, short = export_rev(root, rev, Path(tmp))
         # Templates added since rev (e.g. a new output kind) come from the work tree, so this
@@ -758,7 +764,9 @@ def _borrow_undeclared_oracles(root: Path, old_root: Path) -> list[str]:
     import ast
     import shutil
 
+    from .bounds import MAX_SOURCE_BYTES
     from .oracle_support import read_supported
+    from .runtime.files import read_text
 
     borrowed = []
     for path in sorted((old_root / "k3gen" / "oracles").glob("*.py")):
@@ -766,10 +774,11 @@ def _borrow_undeclared_oracles(root: Path, old_root: Path) -> list[str]:
         if not mine.is_file():
             continue
         try:
-            undeclared = read_supported(ast.parse(path.read_text()))[0] is None
-        except SyntaxError:
+            undeclared = read_supported(ast.parse(read_text(path, old_root, MAX_SOURCE_BYTES)))[0] is None
+            declared = read_supported(ast.parse(read_text(mine, root, MAX_SOURCE_BYTES)))[0] is not None
+        except (SyntaxError, OSError, ValueError):
             continue
-        if undeclared and read_supported(ast.parse(mine.read_text()))[0] is not None:
+        if undeclared and declared:
             shutil.copy(mine, path)
             borrowed.append(path.stem)
     return borrowed

@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import gate_eval
+from .bounds import MAX_SOURCE_BYTES
 from .dtypes import DTYPES
 from .errors import SpecError
 from .paths import plain_file_inside
 from .runtime.archs import ARCHS, FEATURES
+from .runtime.files import Refused, read_text
 from .yaml_lines import LocatedData, parse_yaml
 
 LIMITS_FILE = "limits.yaml"
@@ -111,7 +113,11 @@ def read_limits(root: Path, template: str) -> tuple[TemplateLimits | None, list[
     path = Path(root) / rel
     if not plain_file_inside(path, Path(root) / "templates"):
         return None, []
-    located, errors = parse_yaml(path.read_text(), rel)
+    try:
+        text = read_text(path, Path(root) / "templates", MAX_SOURCE_BYTES, rel, "bounds.MAX_SOURCE_BYTES")
+    except Refused as exc:
+        return None, [SpecError(rel, exc.line, "", "<file>", exc.reason)]
+    located, errors = parse_yaml(text, rel)
     if located is None or errors:
         return None, errors
     return _Parser(rel, template, located).parse()

@@ -10,12 +10,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .bounds import MAX_SPEC_BYTES
+from .bounds import MAX_SOURCE_BYTES, MAX_SPEC_BYTES
 from .errors import FieldError, SpecError, SpecErrors
 from .grammar import IDENT, spec_file_problem
 from .meaning import check_meaning
 from .model import KernelSpec, RunnerTable, _suggest
 from .paths import plain_file_inside
+from .runtime.files import Refused, read_text
 from .spec_checks import check_spec
 from .yaml_lines import LocatedData, parse_yaml
 
@@ -117,36 +118,17 @@ def read_spec(root: Path, path: Path, rel: str) -> tuple[str | None, list[SpecEr
     problem = spec_file_problem(Path(rel).name)
     if problem:
         return None, [SpecError(shown, 1, "", "<file>", problem)]
-    if path.is_symlink() or not path.is_file():
-        return None, [
-            SpecError(
-                shown,
-                1,
-                "",
-                "<file>",
-                "not a regular file (a symbolic link or a folder); a spec is a plain file inside specs/",
-            )
-        ]
-    data = path.read_bytes()[: MAX_SPEC_BYTES + 1]
-    if len(data) > MAX_SPEC_BYTES:
-        return None, [
-            SpecError(
-                shown,
-                1,
-                "",
-                "<file>",
-                f"the file is larger than {MAX_SPEC_BYTES} bytes (bounds.MAX_SPEC_BYTES); a spec is a short file",
-            )
-        ]
     try:
-        return data.decode("utf-8"), []
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        return None, [
-            SpecError(
-                shown, line, "", "<file>", f"byte 0x{data[exc.start]:02x} is not UTF-8; save the spec as UTF-8 text"
-            )
-        ]
+        return read_text(path, root, MAX_SPEC_BYTES, shown, "bounds.MAX_SPEC_BYTES"), []
+    except Refused as exc:
+        said = {
+            "link": "not a regular file (a symbolic link); a spec is a plain file inside specs/",
+            "not_regular": "not a regular file (a folder, device or pipe); a spec is a plain file inside specs/",
+            "too_large": f"the file is larger than {MAX_SPEC_BYTES} bytes (bounds.MAX_SPEC_BYTES); a spec is a "
+            "short file",
+            "not_utf8": exc.reason.replace("save it as", "save the spec as"),
+        }
+        return None, [SpecError(shown, exc.line, "", "<file>", said.get(exc.kind, exc.reason))]
 
 
 def parse_spec(text: str, file: str) -> tuple[LoadedSpec | None, list[SpecError]]:
@@ -456,8 +438,11 @@ def _check_oracle(ls: LoadedSpec, root: Path) -> list[SpecError]:
                 "give a dotted module path such as k3gen.oracles.NAME",
             )
         ]
+    rel = module.relative_to(root).as_posix()
     try:
-        tree = ast.parse(module.read_text(), filename=str(module))
+        tree = ast.parse(read_text(module, root / "k3gen" / "oracles", MAX_SOURCE_BYTES, rel), filename=rel)
+    except Refused as exc:
+        return [ls.error(("oracle",), f"oracle {s.oracle}: {exc}")]
     except SyntaxError as exc:
         return [
             ls.error(

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from . import grammar
-from .bounds import KEY_FIELDS, MAX_PARAM_VALUES, MAX_TEST_DIM_SETS, MAX_VARIANTS
+from .bounds import KEY_FIELDS, MAX_PARAM_VALUES, MAX_TEST_DIM_SETS, MAX_TEST_ELEMENTS, MAX_VARIANTS
 from .dtypes import DTYPES
 from .errors import FieldError
 from .routing import SigmoidSpec, TieOrderSpec, check_keys
@@ -486,6 +486,12 @@ class Tests(SpecModel):
             n *= len(sizes)
         if n > MAX_TEST_DIM_SETS or len(dims) > 8:
             raise FieldError(f"the sizes make {n} combinations; at most {MAX_TEST_DIM_SETS} (bounds.MAX_TEST_DIM_SETS)")
+        largest = math.prod(max(sizes, default=1) for sizes in dims.values())
+        if largest > MAX_TEST_ELEMENTS:
+            raise FieldError(
+                f"the largest sizes make {largest} elements per tensor; a generated test allocates at most "
+                f"{MAX_TEST_ELEMENTS} (bounds.MAX_TEST_ELEMENTS): use smaller sizes"
+            )
         FieldError.collect([((d, *sub), msg) for d, sizes in dims.items() for sub, msg in _duplicates(sizes, "size")])
         return dims
 
@@ -649,6 +655,16 @@ class DenseBf16Check(SpecModel):
     scalars: dict[Ident, Float32] = Field(
         default_factory=dict, description="the family's scalar arguments of the call, by name"
     )
+
+    @field_validator("dims")
+    @classmethod
+    def _bounded(cls, dims):
+        if math.prod(dims.values()) > MAX_TEST_ELEMENTS:
+            raise FieldError(
+                f"the sizes make {math.prod(dims.values())} elements; the GPU test allocates at most "
+                f"{MAX_TEST_ELEMENTS} per tensor (bounds.MAX_TEST_ELEMENTS): use smaller sizes"
+            )
+        return dims
 
 
 class RunnerTable(SpecModel):

@@ -13,9 +13,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from .bounds import MAX_SOURCE_BYTES
 from .dtypes import DTYPES
 from .errors import SpecError
 from .paths import plain_file_inside
+from .runtime.files import read_text
 
 DECLARATION = "SUPPORTED"
 KINDS = {name: [n for n, d in DTYPES.items() if d.kind == name] for name in ("float", "int")}
@@ -73,8 +75,8 @@ def check_oracle_support(ls, root: Path) -> list[SpecError]:
     if not plain_file_inside(path, Path(root) / "k3gen" / "oracles"):
         return []  # k3gen.load refuses it; never read a FIFO or a link out of the project
     try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError, ValueError):
+        tree = ast.parse(read_text(path, Path(root) / "k3gen" / "oracles", MAX_SOURCE_BYTES, rel))
+    except (OSError, SyntaxError, ValueError):  # k3gen.load names what is wrong with the file
         return []
     supported, line, problem = read_supported(tree)
     if problem:

@@ -29,9 +29,15 @@ import time
 import zipfile
 from pathlib import Path
 
-from .runtime.files import write_if_changed
+from .runtime.files import read_bytes, write_if_changed
+from .runtime.jobs import jobs_argument
 
 NAME = "k3kernels"
+MAX_LIBRARY_BYTES = 1 << 31  # one prebuilt library the wheel carries
+
+
+class PackageUsageError(ValueError):
+    """A flag or environment value `k3gen package` cannot use; said before anything compiles (exit 2)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="prebuild only these families (default: all); the others' wrappers ship unbuilt",
     )
-    p.add_argument("-j", "--jobs", type=int, help="parallel compiles (as `k3gen compile`)")
+    p.add_argument("-j", "--jobs", type=jobs_argument, help="parallel compiles (as `k3gen compile`)")
     p.add_argument(
         "--aot",
         type=Path,
@@ -61,8 +67,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _epoch() -> tuple[int, ...]:
-    seconds = max(int(os.environ.get("SOURCE_DATE_EPOCH", "315532800")), 315532800)  # zip starts at 1980
-    return time.gmtime(seconds)[:6]
+    """$SOURCE_DATE_EPOCH as the zip's timestamp (at least 1980, where zip starts); PackageUsageError
+    for a value that is not whole seconds since 1970 before 10000 AD."""
+    text = os.environ.get("SOURCE_DATE_EPOCH", "315532800").strip()
+    if not text.isdigit() or len(text) > 12:
+        raise PackageUsageError(
+            f"SOURCE_DATE_EPOCH={ascii(text)[1:-1][:40]} is not whole seconds since 1970 (e.g. "
+            "SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)); fix or unset it"
+        )
+    return time.gmtime(max(int(text), 315532800))[:6]
 
 
 def _digest(data: bytes) -> str:
@@ -74,16 +87,19 @@ def wheel_files(root: Path, aot: Path, built: dict[str, list[str]], host: Path |
     and, when `host` is given, the C++ call path prebuilt for this torch and Python."""
     from .runtime import artifact
     from .runtime.cache import PREBUILT, PREBUILT_INDEX
+    from .write import manifest_entries
 
     files: dict[str, bytes] = {}
-    pkg = root / "generated" / NAME
-    for f in sorted(pkg.rglob("*")):
-        if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc":
-            files[f"{NAME}/{f.relative_to(pkg).as_posix()}"] = f.read_bytes()
+    generated = root / "generated"
+    for rel in sorted(manifest_entries(generated)):  # what MANIFEST vouches for (aot.wrappers checked it)
+        if rel.startswith(f"{NAME}/"):
+            files[rel] = read_bytes(generated / rel, generated, MAX_LIBRARY_BYTES, f"generated/{rel}")
     for family, archs in built.items():
         for arch in archs:
             for name in (artifact.LIB, artifact.RECORD):
-                files[f"{NAME}/{PREBUILT}/{family}/{arch}/{name}"] = (aot / family / arch / name).read_bytes()
+                files[f"{NAME}/{PREBUILT}/{family}/{arch}/{name}"] = read_bytes(
+                    aot / family / arch / name, aot, MAX_LIBRARY_BYTES
+                )
     index = {"families": {f: sorted(a) for f, a in sorted(built.items())}}
     files[f"{NAME}/{PREBUILT}/{PREBUILT_INDEX}"] = (json.dumps(index, indent=1, sort_keys=True) + "\n").encode()
     k3gen = Path(__file__).parent
@@ -92,8 +108,14 @@ def wheel_files(root: Path, aot: Path, built: dict[str, list[str]], host: Path |
         files[f"k3gen/runtime/{f.name}"] = f.read_bytes()
     for f in sorted((k3gen / "runtime" / "csrc").glob("*.cpp")):  # the C++ call path, built where it runs
         files[f"k3gen/runtime/csrc/{f.name}"] = f.read_bytes()
-    if host is not None:
-        files[f"k3gen/runtime/prebuilt/{host.name}"] = host.read_bytes()
+    if host is not None:  # the library and the record that vouches for it (k3gen.runtime.hostext)
+        from .runtime import hostext
+
+        data = read_bytes(host, host.parent, MAX_LIBRARY_BYTES)
+        files[f"k3gen/runtime/prebuilt/{host.name}"] = data
+        files[f"k3gen/runtime/prebuilt/{hostext.record_name(host.name)}"] = hostext.record_text(
+            host.name, data
+        ).encode()
     return files
 
 
@@ -165,11 +187,25 @@ def package_tree(
     """Compile what the wheel carries (incrementally, into the AOT directory), then write the wheel.
     Every CUDA arch of the chosen families by default; an arch or family they lack is exit 2."""
     from . import __version__
-    from .aot import Target, compile_targets, wrappers
+    from .aot import Target, UnvouchedTree, compile_targets, wrappers
     from .runtime.errors import K3BuildError
-    from .runtime.toolchain import backend_of, find_compiler
+    from .runtime.jobs import env_jobs
+    from .runtime.toolchain import backend_of, find_compiler, launcher
 
-    modules = wrappers(root)
+    out = (out or root / "dist").resolve()
+    try:  # everything a flag or the environment says, before anything compiles
+        _epoch()
+        env_jobs()
+        if out.exists() and not out.is_dir():
+            raise PackageUsageError(f"--out {out} is a file; the wheel goes into a folder (it is created if missing)")
+        launcher()
+        modules = wrappers(root)
+    except (PackageUsageError, UnvouchedTree) as exc:
+        print(f"k3gen package: {exc}", file=sys.stderr)
+        return 2
+    except K3BuildError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
     if unknown := [f for f in families if f not in modules]:
         print(f"k3gen package: unknown family {', '.join(unknown)}; families: {', '.join(modules)}", file=sys.stderr)
         return 2
@@ -202,7 +238,7 @@ def package_tree(
         return rc
     all_archs = sorted({a for a in built.values() for a in a})
     host, host_note = prebuilt_host(aot)
-    path = write_wheel(wheel_files(root, aot, built, host), (out or root / "dist").resolve(), __version__, all_archs)
+    path = write_wheel(wheel_files(root, aot, built, host), out, __version__, all_archs)
     print(
         f"k3gen package: {path} ({path.stat().st_size / 2**20:.2f} MiB; {len(built)} families prebuilt for "
         f"{', '.join(all_archs)})"

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from . import costs
+from .runtime.files import write_if_changed
 
 README = "README.md"
 RESULTS = "bench/results"
@@ -43,7 +44,7 @@ def _results(root: Path, name: str) -> dict | None:
 
 def compile_section(root: Path) -> str:
     """Per arch the table measured: units, one-core compile seconds (sum, median, largest), library bytes."""
-    table = costs.load(root / costs.TABLE)
+    table = costs.load(root / costs.TABLE, root=root)
     rows = [
         "| arch | units measured | compile, one core (all units) | per unit: median / largest "
         "| libraries, all families | measured with |"
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if old != new:
-        path.write_text(new, encoding="utf-8")
+        write_if_changed(path, new)
         print(f"{README}: figures rendered")
     return 0
 

@@ -7,12 +7,15 @@ generated tests are red, saying what to fill in, until someone writes the contra
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import jinja2
 
+from .bounds import MAX_SPEC_BYTES
 from .grammar import name_problem
+from .runtime.files import Refused, check_inside, read_text, write_inside
 
 # Scaffold sources are templates of templates: the kernel template keeps its own {{ }} for
 # `k3gen build`, so the scaffold substitutes with [[ ]] and [% %] instead.
@@ -46,19 +49,27 @@ def check_name(root: Path, name: str) -> None:
         raise ScaffoldError(f"k3gen new: {said}; e.g. my_kernel")
     if name in RESERVED:
         raise ScaffoldError(f"k3gen new: '{name}' is reserved ({', '.join(sorted(RESERVED))}); pick another name")
-    taken = [rel.format(name=name) for _, rel in FILES if (root / rel.format(name=name)).exists()]
-    if (root / "templates" / name).exists() and f"templates/{name}/kernel.cuh.j2" not in taken:
+    # lexists: a dangling link is taken too (writing through it would leave the project)
+    taken = [rel.format(name=name) for _, rel in FILES if os.path.lexists(root / rel.format(name=name))]
+    if os.path.lexists(root / "templates" / name) and f"templates/{name}/kernel.cuh.j2" not in taken:
         taken.append(f"templates/{name}/")
     declared = re.compile(rf"^kernel:\s*[\"']?{re.escape(name)}[\"']?\s*(#.*)?$", re.M)
     taken += [
         f"specs/{f.name} (kernel: {name})"
         for f in sorted((root / "specs").glob("*.yaml"))
-        if f.name != f"{name}.yaml" and declared.search(f.read_text())
+        if f.name != f"{name}.yaml" and declared.search(_text(root, f))
     ]
     if taken:
         raise ScaffoldError(
             f"k3gen new: family '{name}' already exists: {', '.join(taken)}; pick another name, or edit that spec"
         )
+
+
+def _text(root: Path, spec: Path) -> str:
+    try:
+        return read_text(spec, root, MAX_SPEC_BYTES)
+    except Refused:
+        return ""  # not a spec k3gen reads (`k3gen validate` says why); it declares nothing
 
 
 def render_scaffold(root: Path, name: str) -> dict[str, str]:
@@ -78,8 +89,11 @@ def scaffold(root: Path, name: str) -> list[str]:
     root = Path(root)
     check_name(root, name)
     files = render_scaffold(root, name)
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    try:  # the one writer: inside the project, never through a link; every path checked before any write
+        for rel in files:
+            check_inside(root / rel, root, rel)
+        for rel, text in files.items():
+            write_inside(root / rel, root, text, shown=rel)
+    except Refused as exc:
+        raise ScaffoldError(f"k3gen new: {exc}; write the family's files inside the project") from None
     return list(files)

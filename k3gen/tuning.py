@@ -171,7 +171,7 @@ def read_table(spec, file: str, root: Path, variant_names: list[str]) -> Tuning 
             ]
         )
     try:
-        text = read_text(tables[0], root, MAX_TABLE_BYTES, rel)
+        text = read_text(tables[0], root, MAX_TABLE_BYTES, rel, "bounds.MAX_TABLE_BYTES")
     except Refused as exc:
         raise SpecErrors(
             [SpecError(rel, exc.line, spec.kernel, "<file>", f"{exc.reason}; a tuning table is a plain file")]

@@ -31,6 +31,8 @@ import time
 import zlib
 from pathlib import Path
 
+from .runtime.files import write_if_changed
+
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED = ROOT / "generated"
 TABLE_DIR = ROOT / "specs" / "tuning"
@@ -293,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     for family in wanted:
         result = tune_family(family, args.replays, args.min_gain, log)
         path = TABLE_DIR / f"{family}.{slug}.yaml"
-        path.write_text(render_table(result, device), encoding="utf-8")
+        write_if_changed(path, render_table(result, device))  # never through a link
         log(
             f"{family}: wrote {path.relative_to(ROOT)} ({result['seconds']} s; "
             f"{len(result['discarded'])} configs discarded)"
@@ -301,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             shutil.copy(path, args.out / path.name)
     if args.out:
-        (args.out / "tune.log").write_text("\n".join(log_lines) + "\n", encoding="utf-8")
+        write_if_changed(args.out / "tune.log", "\n".join(log_lines) + "\n")
     return 0
 
 

@@ -15,9 +15,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .runtime.files import write_if_changed
+from .runtime.files import Refused, read_bytes, write_if_changed
 
 MANIFEST = "MANIFEST"
+MAX_GENERATED_BYTES = 16 * 1024 * 1024  # one generated file, as drift and the tree check read it
 _MANIFEST_LINE = re.compile(r"[0-9a-f]{64}  ([A-Za-z0-9_][A-Za-z0-9_./-]*)\Z")
 
 
@@ -58,20 +59,29 @@ def safe_relative(rel: str) -> bool:
 def previous_files(out_dir: Path) -> list[str]:
     """Files the last build recorded (MANIFEST). Raise GeneratedTreeError on a line that is not
     `<sha256>  <relative path inside generated/>`."""
+    return list(manifest_entries(out_dir))
+
+
+def manifest_entries(out_dir: Path) -> dict[str, str]:
+    """{path: sha256} of every file MANIFEST lists; GeneratedTreeError as previous_files."""
     m = out_dir / MANIFEST
     if m.is_symlink():
         raise GeneratedTreeError(f"generated/{MANIFEST} is a symbolic link; remove it and run `k3gen build`")
-    if not m.is_file():
+    if not m.exists():
         return []
-    out, bad = [], []
-    for n, line in enumerate(m.read_text(errors="replace").splitlines(), 1):
+    try:
+        text = read_bytes(m, out_dir, MAX_GENERATED_BYTES, f"generated/{MANIFEST}").decode(errors="replace")
+    except Refused as exc:
+        raise GeneratedTreeError(f"{exc}; remove it and run `k3gen build`") from None
+    out, bad = {}, []
+    for n, line in enumerate(text.splitlines(), 1):
         if not line or line.startswith("#"):
             continue
         match = _MANIFEST_LINE.match(line)
         if not match or not safe_relative(match.group(1)):
             bad.append(f"generated/{MANIFEST}:{n}: {ascii(line)[:120]}")
         else:
-            out.append(match.group(1))
+            out[match.group(1)] = line[:64]
     if bad:
         raise GeneratedTreeError(
             "MANIFEST lines k3gen will not use (each must be `<sha256>  <path inside "
@@ -99,6 +109,59 @@ def files_on_disk(out_dir: Path) -> list[str]:
             "and run `k3gen build`:\n  " + "\n  ".join(sorted(links))
         )
     return sorted(f for f in found if "__pycache__" not in f.split("/"))
+
+
+def verify_tree(out_dir: Path) -> list[str]:
+    """What keeps generated/ from being exactly what its MANIFEST vouches for, without rendering
+    (the generator-free entry points, `python -m k3gen.aot` and `python -m k3gen.package`, run this
+    before they load or ship anything from it): links, unlisted files, files whose bytes are not the
+    listed sha256. Empty when the tree is vouched for."""
+    try:
+        listed = manifest_entries(out_dir)
+        on_disk = files_on_disk(out_dir)
+    except GeneratedTreeError as exc:
+        return [str(exc)]
+    if not listed:
+        return [f"generated/{MANIFEST} lists no files; run `k3gen build`"]
+    problems = [f"generated/{f}: not listed in MANIFEST" for f in on_disk if f not in listed and f != MANIFEST]
+    for rel, sha in listed.items():
+        try:
+            data = read_bytes(out_dir / rel, out_dir, MAX_GENERATED_BYTES, f"generated/{rel}")
+        except Refused as exc:
+            problems.append(str(exc))
+            continue
+        if hashlib.sha256(data).hexdigest() != sha:
+            problems.append(f"generated/{rel}: its bytes are not the sha256 MANIFEST lists (edited by hand?)")
+    return problems
+
+
+LIBRARY_SUFFIXES = (".so", ".pyd", ".dylib", ".dll")
+PROJECT_DIRS = ("specs", "templates", "k3gen")
+
+
+def project_strays(root: Path) -> list[str]:
+    """What `k3gen check` refuses in the project beside generated/: a symbolic link under specs/,
+    templates/ or k3gen/ (k3gen reads and writes plain files; `k3gen new` would write through one),
+    and any library under k3gen/: the runtime loads k3gen/runtime/prebuilt/ libraries, which only a
+    wheel (`k3gen package`) carries, so one in the project is a binary nobody vouched for."""
+    found = []
+    for top in PROJECT_DIRS:
+        for folder, dirs, names in os.walk(root / top, followlinks=False):
+            for name in sorted(dirs + names):
+                path = Path(folder, name)
+                rel = path.relative_to(root).as_posix()
+                if path.is_symlink():
+                    found.append(f"{ascii(rel)[1:-1]}: a symbolic link; the project's files are plain files")
+                elif (
+                    top == "k3gen"
+                    and name in names
+                    and (name.endswith(LIBRARY_SUFFIXES) or "/runtime/prebuilt/" in f"/{rel}")
+                ):
+                    found.append(
+                        f"{ascii(rel)[1:-1]}: a library under k3gen/ that no k3gen build put there (only a "
+                        "wheel carries k3gen/runtime/prebuilt/); delete it"
+                    )
+    return found
 
 
 def unlisted_files(out_dir: Path, listed) -> list[str]:
@@ -133,6 +196,14 @@ def _prune_empty_dirs(d: Path, stop: Path) -> None:
         d = d.parent
 
 
+def _read(out_dir: Path, rel: str) -> str:
+    """A generated file's text as drift compares it (a FIFO or a huge file: a line saying so)."""
+    try:
+        return read_bytes(out_dir / rel, out_dir, MAX_GENERATED_BYTES, f"generated/{rel}").decode(errors="replace")
+    except Refused as exc:
+        return f"<{exc.reason}>\n"
+
+
 def drift(files: dict[str, str], out_dir: Path) -> str:
     """A unified diff from what is on disk to what the specs render, plus every file under generated/
     that MANIFEST does not list; empty when in sync."""
@@ -142,7 +213,7 @@ def drift(files: dict[str, str], out_dir: Path) -> str:
     chunks = []
     for rel in sorted(listed | {MANIFEST} | set(files)):
         path = out_dir / rel
-        old = path.read_text(errors="replace") if rel in files and path.is_file() else None
+        old = _read(out_dir, rel) if rel in files and path.is_file() else None
         new = files.get(rel)
         if old == new or (new is None and not path.is_file()):
             continue

@@ -301,8 +301,8 @@ def test_a_malformed_cost_table_exits_2_naming_it(changed: Path, capsys):
     )
     assert main(["--root", str(changed), "diff"]) == 2
     assert (
-        "specs/compile_costs.json: entries that are not non-negative numbers: units.sm_90a.x/y.cu"
-        in capsys.readouterr().err
+        "specs/compile_costs.json: entries that are not finite non-negative numbers within bounds.MAX_UNIT_SECONDS "
+        "and bounds.MAX_ARTIFACT_BYTES: units.sm_90a.x/y.cu" in capsys.readouterr().err
     )
 
 

@@ -12,11 +12,13 @@ import hashlib
 import json
 from pathlib import Path
 
-from .files import write_if_changed
+from .files import read_bytes, write_if_changed
 
 LIB = "lib.so"
 RECORD = "k3gen-build.json"
 FORMAT = 1
+MAX_RECORD_BYTES = 1 << 16
+MAX_LIB_BYTES = 1 << 32
 
 
 def full_key(content_key: str, compiler_version: str) -> str:
@@ -70,10 +72,10 @@ def check(
     content key must match and the record's key must be the content key bound to the compiler the
     record names: the sources, flags and arch are the ones asked for, built by that compiler.
     """
-    try:
-        record = json.loads((entry / RECORD).read_text())
-    except FileNotFoundError:
+    if not (entry / RECORD).exists() and not (entry / RECORD).is_symlink():
         return None, f"no record {entry / RECORD}"
+    try:  # the one reader: a plain file in its entry, bounded (never a link, a FIFO or /dev/zero)
+        record = json.loads(read_bytes(entry / RECORD, entry, MAX_RECORD_BYTES))
     except (OSError, ValueError) as exc:
         return None, f"unreadable record {entry / RECORD} ({exc})"
     if not isinstance(record, dict) or record.get("format") != FORMAT:
@@ -93,7 +95,7 @@ def check(
     ):
         return None, f"stale: {entry} was built from other sources or flags"
     try:
-        lib = (entry / LIB).read_bytes()
+        lib = read_bytes(entry / LIB, entry, MAX_LIB_BYTES)
     except OSError as exc:
         return None, f"no library {entry / LIB} ({exc})"
     if hashlib.sha256(lib).hexdigest() != record.get("lib_sha256"):

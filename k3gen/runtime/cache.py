@@ -34,7 +34,7 @@ from pathlib import Path
 
 from . import artifact, ninja
 from .errors import K3BuildError, K3ToolchainMissing
-from .files import locked, write_if_changed
+from .files import locked, read_bytes, write_if_changed
 from .toolchain import (
     backend_of,
     compile_flags,
@@ -58,6 +58,27 @@ def cache_root() -> Path:
         return Path(d)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "k3gen"
+
+
+def trusted_cache(root: Path) -> Path:
+    """root, when no other user can write into it: the JIT cache holds libraries k3gen loads, so a
+    folder others may write (mode 777, or a shared group's) could hand this process their code.
+    K3BuildError (one line) otherwise; a folder not yet made is made by this user, so it is fine."""
+    import stat
+
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        return root
+    except OSError:
+        return root  # the build that needs it says what is wrong (K3BuildError naming the path)
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise K3BuildError(
+            f"k3gen: the JIT cache {root} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}), who "
+            f"could replace the libraries it loads; `chmod go-w {root}`, or point K3GEN_CACHE_DIR at a folder "
+            "only you can write"
+        )
+    return root
 
 
 def jit_disabled() -> bool:
@@ -133,18 +154,29 @@ class BuildRequest:
         return dispatch_table(_read(self.csrc / self.family / dispatch).decode())
 
 
+MAX_SOURCE_BYTES = 16 << 20  # one generated source or header, as the runtime hashes it
+
+
 def _text_or_none(path: Path) -> str | None:
     try:
-        return path.read_text()
+        return read_bytes(path, _csrc_of(path), MAX_SOURCE_BYTES).decode()
     except (OSError, UnicodeDecodeError):
         return None
 
 
+def _csrc_of(path: Path) -> Path:
+    """The csrc/ folder a generated source lies in: the root its reads stay inside."""
+    for parent in path.parents:
+        if parent.name == "csrc":
+            return parent
+    return path.parent
+
+
 def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
+    try:  # the one reader: a plain file inside csrc/, bounded
+        return read_bytes(path, _csrc_of(path), MAX_SOURCE_BYTES)
     except OSError as exc:
-        raise K3BuildError(f"k3gen: generated source missing: {path} ({exc}); run `k3gen build`") from None
+        raise K3BuildError(f"k3gen: generated source missing or unreadable: {exc}; run `k3gen build`") from None
 
 
 def aot_dirs(req: BuildRequest) -> list[Path]:
@@ -212,7 +244,7 @@ def ensure_any(
     req, key, content_key, missing, _ = found[-1]
     if missing:
         raise missing
-    root = root or cache_root()
+    root = trusted_cache(root or cache_root())
     try:
         for other, okey, ocontent, _, _ in found[:-1]:  # a family library the JIT already has serves too
             entry = root / other.family / other.arch / artifact.jit_entry_name(ocontent, okey)

@@ -10,6 +10,12 @@ path (fastpath.PyFastPath) and one log line says why.
 Lookup order: a prebuilt library that `k3gen package` put beside this file (prebuilt/, named by
 the content key: source, flags, torch version and Python ABI, so a serving machine without a
 compiler can match it), then the JIT cache, then a build (never under K3GEN_NO_JIT=1).
+
+Like every library k3gen loads, it is vouched for before it is loaded: beside it lies a record
+(`<library>.json`: its sha256 and content key) written where it was built or packaged, and a library
+whose bytes do not hash to its record (replaced, truncated) is never loaded. In the JIT cache it is
+rebuilt; a prebuilt one (or any, under K3GEN_NO_JIT=1) is refused with one warning and the wrappers
+keep the Python fast path.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -27,8 +34,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .cache import cache_root, jit_disabled
-from .files import locked, write_if_changed
+from .cache import cache_root, jit_disabled, trusted_cache
+from .errors import K3BuildError
+from .files import Refused, locked, read_bytes, write_if_changed
 
 log = logging.getLogger("k3gen")
 SOURCE = Path(__file__).parent / "csrc" / "k3host.cpp"
@@ -90,11 +98,41 @@ def prebuilt_name(torch) -> str:
     return f"{_NAME}.{content_key(torch)}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
 
 
+MAX_LIB_BYTES = 1 << 30
+RECORD_FORMAT = 1
+
+
+def record_name(lib_name: str) -> str:
+    """The record beside a library: `<library name>.json`."""
+    return f"{lib_name}.json"
+
+
+def record_text(lib_name: str, data: bytes) -> str:
+    record = {"format": RECORD_FORMAT, "lib": lib_name, "lib_sha256": hashlib.sha256(data).hexdigest()}
+    return json.dumps(record, indent=1, sort_keys=True) + "\n"
+
+
+def vouched(lib: Path) -> str | None:
+    """None when `lib` hashes to the record beside it, else why not (no record, another file, other bytes)."""
+    try:
+        data = read_bytes(lib, lib.parent, MAX_LIB_BYTES)
+        record = json.loads(read_bytes(lib.parent / record_name(lib.name), lib.parent, 1 << 16))
+    except Refused as exc:
+        return str(exc)
+    except ValueError:
+        return f"{record_name(lib.name)} is not a record"
+    if not isinstance(record, dict) or record.get("lib") != lib.name:
+        return f"{record_name(lib.name)} is not the record of {lib.name}"
+    if record.get("lib_sha256") != hashlib.sha256(data).hexdigest():
+        return f"{lib} does not hash to its record (replaced or truncated)"
+    return None
+
+
 def compile_to(torch, lib: Path) -> Path:
     """Compile the extension into `lib` (a staging file first, published by one atomic rename)."""
     lib.parent.mkdir(parents=True, exist_ok=True)
     with locked(lib.parent / f".{lib.name}.lock"):
-        if lib.is_file():
+        if lib.is_file() and vouched(lib) is None:
             return lib
         stage = Path(tempfile.mkdtemp(prefix=f".{lib.name}.", dir=lib.parent))
         try:
@@ -103,19 +141,30 @@ def compile_to(torch, lib: Path) -> Path:
                 raise OSError(
                     f"{_command(torch, lib)[0]} exited {r.returncode}: {(r.stderr or r.stdout).strip()[-400:]}"
                 )
-            write_if_changed(lib, (stage / lib.name).read_bytes(), atomic=True)  # never half a library
+            data = (stage / lib.name).read_bytes()
+            write_if_changed(lib, data, atomic=True)  # never half a library
+            write_if_changed(lib.parent / record_name(lib.name), record_text(lib.name, data), atomic=True)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
     return lib
 
 
 def _build(torch) -> Path:
+    """The vouched library to load: the prebuilt one, else the JIT cache's (rebuilt when its record
+    does not vouch for it); OSError naming the file when none may be loaded."""
     if (prebuilt := PREBUILT / prebuilt_name(torch)).is_file():
-        return prebuilt
+        if (why := vouched(prebuilt)) is None:
+            return prebuilt
+        log.warning("k3gen: not loading the prebuilt C++ call path: %s", why)
     command = _command(torch, Path("<out>"))
     key = hashlib.sha256(f"{content_key(torch)}\0{_compiler_version(command)}".encode()).hexdigest()[:32]
-    lib = cache_root() / "_host" / key / (_NAME + importlib.machinery.EXTENSION_SUFFIXES[0])
-    if lib.is_file() or jit_disabled():
+    lib = trusted_cache(cache_root()) / "_host" / key / (_NAME + importlib.machinery.EXTENSION_SUFFIXES[0])
+    if lib.is_file() and (why := vouched(lib)) is not None:
+        if jit_disabled():
+            log.warning("k3gen: not loading the C++ call path: %s (K3GEN_NO_JIT=1: not rebuilt)", why)
+            raise OSError(f"{why}; K3GEN_NO_JIT=1")
+        log.warning("k3gen: rebuilding the C++ call path: %s", why)
+    elif lib.is_file() or jit_disabled():
         return lib
     return compile_to(torch, lib)
 
@@ -142,7 +191,7 @@ def load():
                     module = importlib.util.module_from_spec(spec)
                     spec.loader.exec_module(module)
                     sys.modules.setdefault(_NAME, module)
-        except (OSError, ImportError, subprocess.SubprocessError) as exc:
+        except (OSError, ImportError, subprocess.SubprocessError, K3BuildError) as exc:
             module, why = None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if why:
             log.info("k3gen: the C++ call path is off (%s); wrappers use the Python fast path", why)

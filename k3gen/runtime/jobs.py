@@ -64,10 +64,40 @@ def available_memory() -> int | None:
     return None
 
 
+def _positive(text: str) -> int | None:
+    return int(text) if text.strip().isdigit() and 0 < int(text) < 1 << 16 else None
+
+
+def jobs_argument(text: str) -> int:
+    """-j N for argparse: a positive number of parallel compiles (anything else: exit 2 saying so)."""
+    import argparse
+
+    value = _positive(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{ascii(text)[1:-1][:40]} is not a positive number of parallel compiles")
+    return value
+
+
+def env_jobs() -> int | None:
+    """$K3GEN_JOBS, or None when unset; K3BuildError (one line) when it is not a positive number."""
+    from .errors import K3BuildError
+
+    text = os.environ.get("K3GEN_JOBS", "")
+    if not text.strip():
+        return None
+    value = _positive(text)
+    if value is None:
+        raise K3BuildError(
+            f"k3gen: K3GEN_JOBS={ascii(text)[1:-1][:40]} is not a positive number of parallel compiles; "
+            "set e.g. K3GEN_JOBS=8, or unset it for min(cores, memory / peak per unit)"
+        )
+    return value
+
+
 def default_jobs(units: int, archs) -> tuple[int, str]:
     """(parallel compiles, why): $K3GEN_JOBS if set, else min(cores, units, available / peak per unit)."""
-    if env := os.environ.get("K3GEN_JOBS"):
-        return max(1, int(env)), "K3GEN_JOBS"
+    if (env := env_jobs()) is not None:
+        return env, "K3GEN_JOBS"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     peaks = recorded_peaks()
     archs = [archs] if isinstance(archs, str) else list(archs)

@@ -16,6 +16,7 @@ import torch
 from .archs import backend_of, of_capability
 from .cache import PREBUILT, PREBUILT_INDEX, BuildRequest, ensure_any, ensure_built
 from .errors import K3BuildError, K3Error, K3UnsupportedError
+from .files import Refused, read_text, write_inside
 
 log = logging.getLogger("k3gen")
 ERR_LEN = 1024
@@ -67,7 +68,17 @@ class FamilyModule:
         return [a for a in self.arch_defines if built is None or a in built]
 
     def supported_hardware(self, device=None) -> bool:
-        return device_arch(device) in self.archs()
+        """Whether this install runs on the device's arch; False (and one warning) on a damaged one."""
+        try:
+            return device_arch(device) in self.archs()
+        except K3BuildError as exc:
+            self._warn(exc)
+            return False
+
+    def _warn(self, exc: Exception) -> None:
+        if not self._warned:
+            log.warning("k3gen: %s unavailable, falling back: %s", self.family, str(exc).splitlines()[0])
+            self._warned = True
 
     def request(self, arch: str) -> BuildRequest:
         backend = backend_of(arch)
@@ -121,10 +132,8 @@ class FamilyModule:
             return False
         try:
             self.build(device)
-        except K3BuildError as exc:
-            if not self._warned:
-                log.warning("k3gen: %s unavailable, falling back: %s", self.family, str(exc).splitlines()[0])
-                self._warned = True
+        except K3Error as exc:
+            self._warn(exc)
             return False
         return True
 
@@ -169,15 +178,25 @@ class FamilyModule:
             raise_launch_error(rc, err.value)
 
 
+MAX_INDEX_BYTES = 1 << 20
+
+
 def prebuilt_archs(package: Path, family: str) -> tuple[str, ...] | None:
-    """From <package>/prebuilt/index.json, which `k3gen package` writes; None when there is none."""
-    try:
-        index = json.loads((package / PREBUILT / PREBUILT_INDEX).read_text())
-    except FileNotFoundError:
+    """From <package>/prebuilt/index.json, which `k3gen package` writes; None when there is none.
+    Raise K3BuildError when it is not `{"families": {family: [arch, ...]}}` (a damaged install)."""
+    path = package / PREBUILT / PREBUILT_INDEX
+    if not path.exists() and not path.is_symlink():
         return None
-    except (OSError, ValueError) as exc:
-        raise K3BuildError(f"k3gen: unreadable {package / PREBUILT / PREBUILT_INDEX}: {exc}") from None
-    return tuple(index.get("families", {}).get(family, ()))
+    try:
+        index = json.loads(read_text(path, package, MAX_INDEX_BYTES))
+        archs = index["families"].get(family, [])
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise TypeError("an arch list")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise K3BuildError(
+            f'k3gen: {path} is not {{"families": {{FAMILY: [ARCH, ...]}}}} ({exc}); reinstall the k3kernels package'
+        ) from None
+    return tuple(archs)
 
 
 _recorded: set = set()
@@ -191,9 +210,13 @@ def record_launch(family: str, variant: str, arch: str, key: int) -> None:
         return
     line = json.dumps({"family": family, "variant": variant, "arch": arch, "key": f"{key:#x}"}, sort_keys=True)
     with _record_lock:
-        # One write of one line in append mode: lines of concurrent processes never interleave.
-        with open(path, "a") as f:
-            f.write(line + "\n")
+        # One write of one line in append mode: lines of concurrent processes never interleave. The
+        # one writer: never through a link, and a missing folder is one line naming the variable.
+        target = Path(path)
+        try:
+            write_inside(target, target.parent, line + "\n", append=True, shown=f"K3GEN_RECORD={path}")
+        except Refused as exc:
+            raise K3BuildError(f"k3gen: {exc}; point K3GEN_RECORD at a plain file in an existing folder") from None
         _recorded.add((path, family, variant, arch))
 
 
