@@ -1,7 +1,7 @@
 """The k3gen command: build, check, list, validate, schema, compile, package, diff, new.
 
-Flow: load (k3gen.load) → resolve (k3gen.plan) → render (k3gen.render) → key (k3gen.identity) →
-write (k3gen.write). Exit codes: 0 ok; 1 generated/ is stale or a budget is exceeded (check, diff
+Flow: load (k3gen.spec.load) → resolve (k3gen.plan) → render (k3gen.render) → key (k3gen.render.keys) →
+write (k3gen.ship.tree). Exit codes: 0 ok; 1 generated/ is stale or a budget is exceeded (check, diff
 --check-budget), a library failed to build (compile), or diff cannot read its revision; 2 spec
 errors, an unknown family or arch, a malformed cost table, or a name `new` refuses.
 """
@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from . import tuning_run
-from .costs import CostTableError
-from .errors import SpecErrors, UnknownFamilyError
-from .write import GeneratedTreeError
+from k3gen.ship.costs import CostTableError
+from k3gen.ship.tree import GeneratedTreeError
+from k3gen.spec.errors import SpecErrors, UnknownFamilyError
+from k3gen.tune import run as tuning_run
 
 
 class NotAProject(Exception):
@@ -50,17 +50,17 @@ def check_root(root: Path) -> Path:
 
 
 def _plans(root: Path):
-    from .load import load_specs
-    from .plan import resolve_all
+    from k3gen.plan.resolve import resolve_all
+    from k3gen.spec.load import load_specs
 
     return resolve_all(load_specs(root), root)
 
 
 def _render(root: Path, say_untuned: bool = False):
-    """The plans, the rendered files and the libraries with their keys, checked unique (k3gen.identity).
-    say_untuned: print one located line per family whose variants run the default config (k3gen.tuning)."""
-    from .identity import keyed
-    from .render import render_all, untuned_notes
+    """The plans, the rendered files and the libraries with their keys, checked unique (k3gen.render.keys).
+    say_untuned: print one located line per family whose variants run the default config (k3gen.plan.tuning)."""
+    from k3gen.render.keys import keyed
+    from k3gen.render.render import render_all, untuned_notes
 
     plans = _plans(root)
     files = render_all(plans, root)
@@ -76,7 +76,7 @@ def _families(values: list[str]) -> list[str]:
 
 
 def cmd_build(root: Path, args) -> int:
-    from .write import write_files
+    from k3gen.ship.tree import write_files
 
     start = time.perf_counter()
     plans, files, _ = _render(root, say_untuned=True)
@@ -95,9 +95,9 @@ def cmd_build(root: Path, args) -> int:
 
 
 def cmd_check(root: Path, args) -> int:
-    from . import costs
-    from .pricing import over_budget
-    from .write import drift, project_strays
+    from k3gen.review.pricing import over_budget
+    from k3gen.ship import costs
+    from k3gen.ship.tree import drift, project_strays
 
     plans, files, libs = _render(root, say_untuned=True)
     diff = drift(files, root / "generated")
@@ -153,8 +153,8 @@ def cmd_validate(root: Path, args) -> int:
 
 
 def cmd_compile(root: Path, args) -> int:
-    from .aot import compile_matrix
-    from .write import drift
+    from k3gen.ship.aot import compile_matrix
+    from k3gen.ship.tree import drift
 
     plans, files, _ = _render(root)
     if drift(files, root / "generated"):  # the runtime keys generated/; compiling a stale tree helps no one
@@ -166,8 +166,8 @@ def cmd_compile(root: Path, args) -> int:
 
 
 def cmd_package(root: Path, args) -> int:
-    from .package import package
-    from .write import drift
+    from k3gen.ship.package import package
+    from k3gen.ship.tree import drift
 
     _, files, _ = _render(root)
     if drift(files, root / "generated"):
@@ -179,7 +179,7 @@ def cmd_package(root: Path, args) -> int:
 
 
 def cmd_diff(root: Path, args) -> int:
-    from .diff import FORMATS, DiffError, diff_rev
+    from k3gen.review.diff import FORMATS, DiffError, diff_rev
 
     try:
         report = diff_rev(root, args.rev, _families(args.family))
@@ -194,7 +194,7 @@ def cmd_diff(root: Path, args) -> int:
 
 
 def cmd_new(root: Path, args) -> int:
-    from .scaffold import ScaffoldError, scaffold
+    from k3gen.ship.scaffold import ScaffoldError, scaffold
 
     try:
         written = scaffold(root, args.name)
@@ -211,15 +211,15 @@ def cmd_new(root: Path, args) -> int:
 
 
 def cmd_tune(root: Path, args) -> int:
-    """Never reached: main() hands `k3gen tune ...` to k3gen.tuning_run before parsing, since the tuner
+    """Never reached: main() hands `k3gen tune ...` to k3gen.tune.run before parsing, since the tuner
     runs on GPU machines from generated/ alone (no spec loader)."""
-    from .tuning_run import main as tune
+    from k3gen.tune.run import main as tune
 
     return tune(["--help"])
 
 
 def cmd_schema(root: Path | None, args) -> int:
-    from .model import KernelSpec
+    from k3gen.spec.model import KernelSpec
 
     print(json.dumps(KernelSpec.model_json_schema(by_alias=True), indent=2, sort_keys=True))
     return 0
@@ -330,11 +330,11 @@ def make_parser() -> argparse.ArgumentParser:
         if name == "new":
             p.add_argument("name", help="family name, lower_snake_case")
         if name == "compile":
-            from .aot import add_arguments
+            from k3gen.ship.aot import add_arguments
 
             add_arguments(p)
         if name == "package":
-            from .package import add_arguments as add_package_arguments
+            from k3gen.ship.package import add_arguments as add_package_arguments
 
             add_package_arguments(p)
     return parser
@@ -343,7 +343,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["tune"]:  # the GPU half parses its own flags and needs no spec loader
-        from .tuning_run import main as tune
+        from k3gen.tune.run import main as tune
 
         return tune(argv[1:])
     args = make_parser().parse_args(argv)

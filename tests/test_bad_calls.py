@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from k3gen.dtypes import DTYPES
-from k3gen.load import load_specs
 from k3gen.oracles.vocabulary import torch_dtype
 from k3gen.runtime import K3UnsupportedError
+from k3gen.runtime.dtypes import DTYPES
+from k3gen.spec.load import load_specs
 from k3kernels import per_token_group_quant, route_quant_fused, route_topk, situ_and_mul
 
 from support import ROOT

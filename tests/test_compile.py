@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from k3gen.load import load_specs
-from k3gen.plan import resolve_all
-from k3gen.render import TU_EXT, kernel_sources
+from k3gen.plan.resolve import resolve_all
+from k3gen.render.render import TU_EXT, kernel_sources
 from k3gen.runtime.errors import K3ToolchainMissing
 from k3gen.runtime.toolchain import compile_flags, find_compiler, find_ninja
+from k3gen.spec.load import load_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "generated" / "k3kernels" / "csrc"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from k3gen.cli import main
-from k3gen.diff import compare, diff_rev, format_json, format_markdown, format_text
-from k3gen.load import load_specs
-from k3gen.plan import resolve_all
-from k3gen.render import render_all
+from k3gen.plan.resolve import resolve_all
+from k3gen.render.render import render_all
+from k3gen.review.diff import compare, diff_rev, format_json, format_markdown, format_text
+from k3gen.spec.load import load_specs
 
 from support import ROOT, SPEC_FILE, copy_project
 
@@ -354,7 +354,7 @@ def test_diff_of_one_family_and_an_unknown_family(changed: Path, capsys):
     ],
 )
 def test_a_budget_is_strict(budget, message):
-    from k3gen.load import parse_spec
+    from k3gen.spec.load import parse_spec
 
     text = (ROOT / SPEC_FILE).read_text() + budget + "\n"
     spec, errors = parse_spec(text, SPEC_FILE)

@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from k3gen import support
-from k3gen.docs import matrix_table
-from k3gen.load import load_specs
-from k3gen.plan import resolve_all
-from k3gen.render import render_all
+from k3gen.plan.resolve import resolve_all
+from k3gen.render import support
+from k3gen.render.docs import matrix_table
+from k3gen.render.render import render_all
+from k3gen.spec.load import load_specs
 
 from support import ROOT
 

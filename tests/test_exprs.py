@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from k3gen.exprs import MAX_DEPTH, MAX_SOURCE, Expr, ExprError, Name, Scope, constant, parse_expr
+from k3gen.spec.exprs import MAX_DEPTH, MAX_SOURCE, Expr, ExprError, Name, Scope, constant, parse_expr
 
 ROOT = Path(__file__).resolve().parents[1]
 GATE = Scope(

@@ -9,7 +9,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from k3gen.load import parse_spec
+from k3gen.spec.load import parse_spec
 
 from support import FROZEN_SPEC
 

@@ -1,11 +1,11 @@
-"""k3gen.gate_eval: gates decided for known values by walking their AST, never eval()."""
+"""k3gen.spec.gate_eval: gates decided for known values by walking their AST, never eval()."""
 
 from __future__ import annotations
 
 import pytest
 
-from k3gen import gate_eval
-from k3gen.gate_eval import GateEvalError, decide, names
+from k3gen.spec import gate_eval
+from k3gen.spec.gate_eval import GateEvalError, decide, names
 
 
 @pytest.mark.parametrize(

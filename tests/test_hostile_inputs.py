@@ -408,9 +408,9 @@ RECORDS = {
 
 
 @pytest.mark.parametrize("how", RECORDS, ids=[f"record.{k}" for k in RECORDS])
-@pytest.mark.parametrize("entry", ["k3gen compile", "python -m k3gen.aot"])
+@pytest.mark.parametrize("entry", ["k3gen compile", "python -m k3gen.ship.aot"])
 def test_a_hostile_record_file_is_one_line(how, entry, sandbox: Sandbox):
-    from k3gen import aot
+    from k3gen.ship import aot
 
     make, expected = RECORDS[how]
     record = make(sandbox)
@@ -465,7 +465,7 @@ def _linked_out(sb: Sandbox) -> None:
 @pytest.mark.parametrize("entry", ["aot", "package"])
 def test_generator_free_entry_points_check_the_tree_first(tamper, entry, sandbox: Sandbox):
     pytest.importorskip("torch")
-    from k3gen import aot, package
+    from k3gen.ship import aot, package
 
     tamper(sandbox)
     record = _record(sandbox, json.dumps({"family": "situ_and_mul", "variant": "v", "arch": "sm_90a"}) + "\n")

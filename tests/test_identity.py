@@ -1,6 +1,6 @@
 """Identity from meaning, not text: which spec edits change which generated files and keys.
 
-Keys (k3gen.identity) hash what is compiled: the rendered sources and headers, flags and arch. So an
+Keys (k3gen.render.keys) hash what is compiled: the rendered sources and headers, flags and arch. So an
 edit of the spec's form (comments, whitespace, key order, YAML style) changes nothing; an edit of a
 text only messages show (a reason, the summary, a note) changes the wrapper, tests or docs but no
 translation unit and no key; an edit of what is compiled changes the keys of exactly the units whose
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from k3gen.cli import main
-from k3gen.identity import libraries
-from k3gen.load import load_specs
-from k3gen.plan import resolve_all
-from k3gen.render import render_all
+from k3gen.plan.resolve import resolve_all
+from k3gen.render.keys import libraries
+from k3gen.render.render import render_all
 from k3gen.runtime.cache import ensure_built
+from k3gen.spec.load import load_specs
 
 from support import ROOT, SPEC_FILE, copy_project
 
@@ -218,7 +218,7 @@ def test_the_jit_folder_starts_with_the_library_key(fake_cc, tmp_path, capsys):
     assert main(["--root", str(project), "build"]) == 0
     assert main(["--root", str(project), "list", "--family", FAMILY]) == 0
     listed = {line.split()[0]: line.split()[-1] for line in capsys.readouterr().out.splitlines()[1:-1]}
-    from k3gen.identity import request_for
+    from k3gen.render.keys import request_for
 
     plan = resolve_all(load_specs(project), project)[0]
     lib = ensure_built(request_for(plan, "sm_90a", project / "generated" / "k3kernels" / "csrc"))

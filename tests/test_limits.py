@@ -1,4 +1,4 @@
-"""Template limits (templates/<family>/limits.yaml, k3gen.limits): parsed strictly, held against every
+"""Template limits (templates/<family>/limits.yaml, k3gen.spec.meaning.limits): parsed strictly, held against every
 spec at load with both lines named, and repeated as static_asserts the compiler enforces.
 
 Edits of the frozen fixtures (tests/data) and their pinned errors; the spec-edit suite
@@ -12,12 +12,12 @@ import subprocess
 
 import pytest
 
-from k3gen.errors import SpecErrors
-from k3gen.limits import read_limits
-from k3gen.load import load_specs, parse_spec
-from k3gen.plan import resolve_family
-from k3gen.render import render_all
-from k3gen.write import write_files
+from k3gen.plan.resolve import resolve_family
+from k3gen.render.render import render_all
+from k3gen.ship.tree import write_files
+from k3gen.spec.errors import SpecErrors
+from k3gen.spec.load import load_specs, parse_spec
+from k3gen.spec.meaning.limits import read_limits
 
 from support import ROOT, SPEC_FILE, copy_project
 
@@ -129,8 +129,8 @@ def test_the_vector_kind_of_the_template(project):
 
 
 def test_every_limit_is_a_static_assert_in_the_kernel():
-    from k3gen.limits_cpp import cpp_asserts
-    from k3gen.plan import resolve_all
+    from k3gen.plan.resolve import resolve_all
+    from k3gen.render.limits_cpp import cpp_asserts
 
     for p in resolve_all(load_specs(ROOT), ROOT):
         header = (ROOT / "generated" / "k3kernels" / "csrc" / p.name / f"{p.name}.cuh").read_text()

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from k3gen.scaffold import render_scaffold
+from k3gen.ship.scaffold import render_scaffold
 
 from support import ROOT
 

@@ -1,6 +1,6 @@
-"""Oracles follow the spec's vocabulary: dtypes from k3gen.dtypes (k3gen/oracles/vocabulary.py), and
+"""Oracles follow the spec's vocabulary: dtypes from k3gen.runtime.dtypes (k3gen/oracles/vocabulary.py), and
 what each can check declared as SUPPORTED and held against the generated cells at load
-(k3gen/oracle_support.py), reading the oracle's AST without importing it."""
+(k3gen/spec/meaning/oracle_support.py), reading the oracle's AST without importing it."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import ast
 import pytest
 import torch
 
-from k3gen.dtypes import DTYPES
-from k3gen.errors import SpecErrors
-from k3gen.load import load_specs
-from k3gen.oracle_support import read_supported
 from k3gen.oracles import vocabulary
+from k3gen.runtime.dtypes import DTYPES
+from k3gen.spec.errors import SpecErrors
+from k3gen.spec.load import load_specs
+from k3gen.spec.meaning.oracle_support import read_supported
 
 from support import ROOT, SPEC_FILE
 

@@ -1,4 +1,4 @@
-"""k3gen.pyformat lays data out as `ruff format` does, so generated modules pass `ruff format --check`
+"""k3gen.render.pyformat lays data out as `ruff format` does, so generated modules pass `ruff format --check`
 without k3gen running ruff. Held to ruff itself on awkward data (skipped without ruff)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from k3gen import pyformat
-from k3gen.escape import py_literal
+from k3gen.render import pyformat
+from k3gen.spec.escape import py_literal
 
 from support import ROOT
 

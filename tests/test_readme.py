@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from k3gen import readme
+from k3gen.review import readme
 
 from support import ROOT
 
@@ -14,7 +14,7 @@ from support import ROOT
 def test_the_readme_figures_are_the_committed_measurements():
     text = (ROOT / readme.README).read_text(encoding="utf-8")
     assert readme.SECTION.search(text), "the README has no figures section"
-    assert readme.render(ROOT, text) == text, "README figures are stale: run `python -m k3gen.readme`"
+    assert readme.render(ROOT, text) == text, "README figures are stale: run `python -m k3gen.review.readme`"
 
 
 def test_a_figure_that_disagrees_with_its_file_fails_the_check(tmp_path, capsys):
@@ -29,6 +29,6 @@ def test_a_figure_that_disagrees_with_its_file_fails_the_check(tmp_path, capsys)
     table["units"][arch][unit]["seconds"] += 1000.0
     (tmp_path / "specs/compile_costs.json").write_text(json.dumps(table))
     assert readme.main(["--root", str(tmp_path), "--check"]) == 1
-    assert "README.md: figures are stale; run `python -m k3gen.readme`" in capsys.readouterr().err
+    assert "README.md: figures are stale; run `python -m k3gen.review.readme`" in capsys.readouterr().err
     assert readme.main(["--root", str(tmp_path)]) == 0
     assert readme.main(["--root", str(tmp_path), "--check"]) == 0

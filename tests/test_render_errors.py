@@ -51,7 +51,7 @@ def test_a_template_syntax_error_is_located_too(tmp_path, capsys):
 
 def test_a_plan_failure_is_located_at_the_spec(tmp_path, capsys, monkeypatch):
     """What the loader's checks miss and the plan trips on names the spec, not a traceback."""
-    import k3gen.plan
+    import k3gen.plan.resolve
 
     def broken(spec):
         raise KeyError("bf61")
@@ -61,5 +61,5 @@ def test_a_plan_failure_is_located_at_the_spec(tmp_path, capsys, monkeypatch):
     assert main(["--root", str(project), "build"]) == 2
     assert capsys.readouterr().err == (
         '1 spec error:\n  specs/situ_and_mul.yaml:2 (kernel "situ_and_mul", kernel): k3gen cannot resolve this spec '
-        "(KeyError: 'bf61'); a rule k3gen.spec_checks lacks: report it with this spec\n"
+        "(KeyError: 'bf61'); a rule k3gen.spec.rules lacks: report it with this spec\n"
     )

@@ -1,4 +1,4 @@
-"""Tie order and sigmoid per backend (k3gen.routing, issue 15): what the bundled specs resolve to, that
+"""Tie order and sigmoid per backend (k3gen.spec.routing, issue 15): what the bundled specs resolve to, that
 k3gen's expansion of aiter's rule equals the oracle's own closed formula, and that each backend's choice
 reaches the C++ header, the cache key and the generated tests. The GPU half is generated/tests."""
 
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from k3gen import routing
-from k3gen.load import LoadedSpec, load_specs
 from k3gen.oracles import route_topk as oracle
-from k3gen.plan import resolve_family
-from k3gen.render import make_env, render_family
+from k3gen.plan.resolve import resolve_family
+from k3gen.render.render import make_env, render_family
+from k3gen.spec import routing
+from k3gen.spec.load import LoadedSpec, load_specs
 
 from support import ROOT
 
@@ -97,9 +97,9 @@ def test_a_rule_for_fewer_experts_visits_the_lanes_by_rank():
 
 
 def test_the_routing_choice_is_part_of_the_cache_key(loaded):
-    """The same spec with another sigmoid on HIP: the HIP units' keys change (k3gen.identity hashes the
+    """The same spec with another sigmoid on HIP: the HIP units' keys change (k3gen.render.keys hashes the
     rendered sources; the routing header holds each backend's row, so the CUDA units rebuild too)."""
-    from k3gen.identity import libraries
+    from k3gen.render.keys import libraries
 
     ls = loaded["route_topk"]
     other = ls.spec.sigmoid.model_copy(update={"hip": "expf"})

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from k3gen.errors import SpecErrors
-from k3gen.load import load_specs
-from k3gen.plan import resolve_all
+from k3gen.plan.resolve import resolve_all
+from k3gen.spec.errors import SpecErrors
+from k3gen.spec.load import load_specs
 
 from support import FROZEN_SPECS, ROOT, SPEC_FILE, copy_frozen_project
 
 FRONT = "specs/route_quant_fused.yaml"
 TABLE = "specs/runners.yaml"
-ACTIVATION = SPEC_FILE  # situ_and_mul: the dense-bf16 contract's family (k3gen/contracts.py)
+ACTIVATION = SPEC_FILE  # situ_and_mul: the dense-bf16 contract's family (k3gen/spec/meaning/contracts.py)
 FAMILIES = ", ".join(sorted(f.split("/")[1][:-5] for f in FROZEN_SPECS if f != TABLE))
 
 
@@ -109,7 +109,7 @@ def test_bundled_table_is_valid():
     assert len(fronts) == 1 and fronts[0].runners_file == TABLE
 
 
-# --- contracts on generated cells (k3gen/contracts.py) -------------------------------------------------
+# --- contracts on generated cells (k3gen/spec/meaning/contracts.py) -------------------------------------------------
 
 CONTRACT = (
     'KERNELS.md "Runners": bf16 of the fp32 front equals the bf16 front, so situ_and_mul generates '

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from k3gen.cli import main
-from k3gen.errors import SpecErrors
-from k3gen.load import load_specs
+from k3gen.spec.errors import SpecErrors
+from k3gen.spec.load import load_specs
 
 from spec_edits import EDITS, expected_errors, make_copy
 from support import ROOT
@@ -140,8 +140,8 @@ def grow_the_bundled_specs(project) -> list[str]:
     """The issue's three edits, derived from the bundled specs (not pinned to their text): a dtype the
     fused template allows on route_quant_fused's `act`, a CUDA arch situ_and_mul lacks, a runner on
     the front's last HIP target. Rewritten through YAML: comments do not matter here."""
-    from k3gen.limits import read_limits
     from k3gen.runtime.archs import known
+    from k3gen.spec.meaning.limits import read_limits
 
     def rewrite(name, change):
         path = project / "specs" / f"{name}.yaml"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from k3gen.cli import main
-from k3gen.errors import SpecErrors
-from k3gen.load import load_specs, parse_spec
-from k3gen.scopes import gate_scope
+from k3gen.spec.errors import SpecErrors
+from k3gen.spec.load import load_specs, parse_spec
+from k3gen.spec.scopes import gate_scope
 
 from support import FROZEN_SPEC, SPEC_FILE
 
@@ -302,7 +302,7 @@ CASES = [
         "dims: {N:",
         K + "tests.dims.N): 'N' is not a dim; dims: M, D",
     ),
-    # --- tie order and sigmoid (k3gen.routing)
+    # --- tie order and sigmoid (k3gen.spec.routing)
     Case(
         "sigmoid not a formula",
         with_routing("sigmoid: exp3"),

@@ -68,7 +68,7 @@ RUNNERS = "runners.yaml"
 KINDS = {  # the projects cases start from: which specs the copy holds
     "sam": ("specs/situ_and_mul.yaml",),
     "ptgq": ("specs/per_token_group_quant.yaml",),
-    # the front and what its contracts name (k3gen/contracts.py): the separate parts and situ_and_mul
+    # the front and what its contracts name (k3gen/spec/meaning/contracts.py): the separate parts and situ_and_mul
     "front": (
         "specs/route_quant_fused.yaml",
         "specs/runners.yaml",

@@ -1,4 +1,4 @@
-"""Total specs (k3gen/totality.py): maps over an axis cover every generated value, and every test
+"""Total specs (k3gen/spec/meaning/totality.py): maps over an axis cover every generated value, and every test
 shape the generated tests call passes the gates of every generated variant. Edits of the frozen
 fixtures (tests/data), errors pinned to the letter."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from k3gen.errors import SpecErrors
-from k3gen.load import load_specs
+from k3gen.spec.errors import SpecErrors
+from k3gen.spec.load import load_specs
 
 from support import SPEC_FILE, copy_project
 

@@ -1,5 +1,5 @@
 """Tunables (issue 13): knobs in the spec, the table `k3gen tune` writes, and the picks compiled into
-the variant units. The GPU half (k3gen.tuning_run) is exercised here only through render_table, fed
+the variant units. The GPU half (k3gen.tune.run) is exercised here only through render_table, fed
 a made-up result; the timing itself needs a GPU."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from k3gen import tuning_run
 from k3gen.cli import main
+from k3gen.tune import run as tuning_run
 
 from support import ROOT, copy_project
 

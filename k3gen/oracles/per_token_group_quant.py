@@ -12,8 +12,8 @@ import torch
 from k3gen.oracles.vocabulary import torch_dtype
 from k3gen.runtime import K3UnsupportedError
 
-# What this oracle can check, read by k3gen at load without importing it (k3gen/oracle_support.py):
-# "float" is every float dtype of k3gen.dtypes, so a new one on an axis needs no edit here.
+# What this oracle can check, read by k3gen at load without importing it (k3gen/spec/meaning/oracle_support.py):
+# "float" is every float dtype of k3gen.runtime.dtypes, so a new one on an axis needs no edit here.
 SUPPORTED = {"dtypes": {"in": "float"}, "params": {"scale_format": ["fp32_row", "fp32_col", "ue8m0"]}}
 FP8_MAX = 448.0
 EPS = 1e-10

@@ -9,8 +9,8 @@ from k3gen.oracles import per_token_group_quant as quant
 from k3gen.oracles import route_topk as routing
 from k3gen.oracles.vocabulary import torch_dtype
 
-# What this oracle can check, read by k3gen at load without importing it (k3gen/oracle_support.py):
-# "float" is every float dtype of k3gen.dtypes, so a new one on an axis needs no edit here.
+# What this oracle can check, read by k3gen at load without importing it (k3gen/spec/meaning/oracle_support.py):
+# "float" is every float dtype of k3gen.runtime.dtypes, so a new one on an axis needs no edit here.
 SUPPORTED = {"dtypes": {"score": "float", "act": "float"}}
 
 

@@ -18,8 +18,8 @@ import torch
 
 from k3gen.oracles.vocabulary import torch_dtype
 
-# What this oracle can check, read by k3gen at load without importing it (k3gen/oracle_support.py):
-# "float" is every float dtype of k3gen.dtypes, so a new one on an axis needs no edit here.
+# What this oracle can check, read by k3gen at load without importing it (k3gen/spec/meaning/oracle_support.py):
+# "float" is every float dtype of k3gen.runtime.dtypes, so a new one on an axis needs no edit here.
 SUPPORTED = {"dtypes": {"score": "float", "bias": "float"}}
 
 # aiter's wave64 traversal (issue 15): lane -> rank, experts 4 to a group. Copied on purpose.

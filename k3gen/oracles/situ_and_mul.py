@@ -7,8 +7,8 @@ import torch
 from k3gen.oracles.vocabulary import default_dtype, tolerance, torch_dtype
 from k3gen.runtime import K3UnsupportedError
 
-# What this oracle can check, read by k3gen at load without importing it (k3gen/oracle_support.py):
-# "float" is every float dtype of k3gen.dtypes, so a new one on either axis needs no edit here.
+# What this oracle can check, read by k3gen at load without importing it (k3gen/spec/meaning/oracle_support.py):
+# "float" is every float dtype of k3gen.runtime.dtypes, so a new one on either axis needs no edit here.
 SUPPORTED = {"dtypes": {"in": "float", "out": "float"}}
 BETA, LINEAR_BETA = 4.0, 25.0
 # The accurate fp32 path's distance from torch's fp32 math (a few fp32 ulps, and near zero).

@@ -1,6 +1,6 @@
 """The spec's dtype vocabulary in torch terms, for every oracle: conversions, defaults, tolerances.
 
-Everything comes from k3gen.dtypes.DTYPES (the table the specs are checked against) or from the
+Everything comes from k3gen.runtime.dtypes.DTYPES (the table the specs are checked against) or from the
 variant the generated tests pass (the spec's own defaults), so a dtype k3gen knows needs no oracle
 edit. torch and the standard library only: the generated tests import it on GPU machines.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from k3gen.dtypes import DTYPES
+from k3gen.runtime.dtypes import DTYPES
 
 # Every dtype of kind "float": what `"float"` means in an oracle's SUPPORTED declaration.
 FLOAT_DTYPES = [name for name, d in DTYPES.items() if d.kind == "float"]

@@ -3,7 +3,7 @@
 The content key hashes what the generated tree decides: family, arch, sources and headers (path and
 bytes), compile and link flags (with the csrc path written as a placeholder, so a relocated tree
 keeps its keys). It is the library's identity: `k3gen list` and `k3gen diff` compute it with this
-same method over the sources they render in memory (k3gen.identity), both build records store it,
+same method over the sources they render in memory (k3gen.render.keys), both build records store it,
 and the JIT entry's folder starts with it. The cache key binds it to the compiler's own version text
 (artifact.full_key), which only the machine that builds can know.
 

@@ -2,7 +2,7 @@
 
 It lives in the runtime so the generated wrappers, the input checks and the oracles read the same
 table the generator does; plain dataclasses, so importing it needs neither torch nor pydantic
-(`torch_dtype` imports torch when called). The generator imports it as k3gen.dtypes.
+(`torch_dtype` imports torch when called). The generator imports it as k3gen.runtime.dtypes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class Dtype:
     code: int  # value passed through the C ABI; stable, never reuse
     cuda: str  # C++ element type under nvcc
     hip: str  # C++ element type under hip-clang (see k3_backend.h: bf16/fp8 are k3 types there)
-    kind: str = "float"  # "float" or "int": what an oracle can do with it (k3gen/oracle_support.py)
+    kind: str = "float"  # "float" or "int": what an oracle can do with it (k3gen/spec/meaning/oracle_support.py)
 
     def cpp(self, backend: str) -> str:
         return getattr(self, backend)

@@ -7,7 +7,7 @@ text; anything else is `Refused`, with the file and why, never a hang (a FIFO), 
 to /dev/zero) or a traceback. `write_inside` is the one writer of files that are not build outputs
 (a scaffold, a record line): inside its root, never through a link.
 
-Generated sources (k3gen.write), build.ninja (JIT and `k3gen compile`), build records and the
+Generated sources (k3gen.ship.tree), build.ninja (JIT and `k3gen compile`), build records and the
 compile-cost tables all go through `write_if_changed`, so an unchanged file keeps its mtime and ninja
 rebuilds nothing; `locked` serializes builds of one cache entry and runs of `k3gen compile` into one
 directory, across threads and processes. Standard library only: the runtime imports it.

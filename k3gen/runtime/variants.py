@@ -4,7 +4,7 @@ A family's dispatch unit is the one table from switch key to variant (`case 0xKE
 templates/common/dispatch.cu.j2); each variant unit also exports `k3_<NAME>_launch` with the family
 entry's ABI, so a library of that one unit serves a first call that needs only it. The headers a
 unit includes are followed through `#include "..."` exactly as the generator does when it keys a
-unit (k3gen.identity), so a variant library's content key is the unit key `k3gen list` shows.
+unit (k3gen.render.keys), so a variant library's content key is the unit key `k3gen list` shows.
 Standard library only.
 """
 

@@ -1,0 +1,135 @@
+"""The keys of what is compiled, computed from the rendered sources: one identity everywhere.
+
+What the runtime builds, caches and loads is a family's library for one arch. Its key is the
+runtime's own `BuildRequest.content_key()` (k3gen.runtime.cache), which hashes the family, the arch,
+the compile and link flags and the bytes of every source and header; `k3gen compile` writes it into
+each AOT record and the JIT cache names its folders by it. Here the same request is made for every
+family × arch of the plans and hashed over the files rendered in memory, so the `library key` that
+`k3gen list` and `k3gen diff` show is, byte for byte, the key the runtime computes from generated/.
+
+A specialization's key is the same function over a library of its one translation unit and the
+headers that unit includes (#include "..." followed through the rendered files): it changes exactly
+when that unit's object must be recompiled, which is what `k3gen diff` prices.
+
+Both follow from what is compiled and nothing else. The spec's text is not hashed, so a comment,
+whitespace, key order or YAML style edit, and a reason or summary that only messages and docs show,
+change no key; a template edit changes the keys of the units whose bytes it changes. The compiler's
+version is bound in by the runtime (artifact.full_key) on the machine that builds.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from k3gen.plan.resolve import FamilyPlan
+from k3gen.render.render import TU_EXT, kernel_headers, kernel_sources
+from k3gen.runtime.cache import CSRC_PLACEHOLDER, BuildRequest
+from k3gen.runtime.toolchain import backend_of
+from k3gen.runtime.variants import included_headers
+from k3gen.spec.errors import SpecErrors
+
+CSRC = "k3kernels/csrc"  # under generated/
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One translation unit compiled for one arch: a specialization's, or the family's dispatch."""
+
+    file: str  # relative to csrc/<family>/, e.g. situ_and_mul__in_bf16__out_bf16__has_linear_beta_off.cu
+    identity: str  # the specialization's identity; <family>__dispatch__<arch> for the dispatch unit
+    key: str
+
+
+@dataclass(frozen=True)
+class Library:
+    """One family's library for one arch: what the runtime loads and `k3gen compile` builds."""
+
+    family: str
+    arch: str
+    backend: str
+    key: str  # BuildRequest.content_key(): the runtime's key, stored in every build record
+    units: tuple[Unit, ...]
+
+
+def request_for(p: FamilyPlan, arch: str, csrc: Path) -> BuildRequest:
+    """The request the generated wrapper's FamilyModule.request(arch) makes (tests/test_aot checks)."""
+    backend = backend_of(arch)
+    return BuildRequest(
+        p.name,
+        arch,
+        csrc,
+        tuple(kernel_sources(p, backend)),
+        tuple(kernel_headers(p, backend)),
+        tuple(p.arch_defines(arch)),
+    )
+
+
+def libraries(plans: list[FamilyPlan], files: dict[str, str]) -> list[Library]:
+    """Every family × declared arch, keyed from `files` (rendered: {path under generated/: text})."""
+    out = []
+    for p in plans:
+        read = _reader(files, p.name)
+        for backend in p.backends:
+            for arch in p.archs(backend):
+                req = request_for(p, arch, Path(CSRC_PLACEHOLDER))
+                ids = {
+                    f"{sp.variant.name}.{TU_EXT[backend]}": sp.identity for sp in p.specializations if sp.arch == arch
+                }
+                alone = {
+                    src: replace(req, sources=(src,), headers=_included(files, p.name, src)) for src in req.sources
+                }
+                units = tuple(
+                    Unit(src, ids.get(src, f"{p.name}__dispatch__{arch}"), alone[src].content_key(read))
+                    for src in req.sources
+                )
+                out.append(Library(p.name, arch, backend, req.content_key(read), units))
+    return out
+
+
+def unit_keys(libs: list[Library]) -> dict[str, str]:
+    """{specialization identity: its key}, dispatch units left out."""
+    return {u.identity: u.key for lib in libs for u in lib.units if not u.identity.endswith(f"__dispatch__{lib.arch}")}
+
+
+def check_unique(plans: list[FamilyPlan], libs: list[Library]) -> None:
+    """Two specializations never share a binary, two libraries never share a key: SpecErrors naming
+    the spec of the second, else nothing."""
+    by_name = {p.name: p for p in plans}
+    seen: dict[str, str] = {}
+    errors = []
+    for lib in libs:
+        for what, key in [
+            (f"library {lib.family} for {lib.arch}", lib.key),
+            *((f"specialization {u.identity}", u.key) for u in lib.units),
+        ]:
+            if key in seen:
+                errors.append(
+                    by_name[lib.family].error(
+                        ("kernel",), f"{what} has the key of {seen[key]}; two variants must never share a binary"
+                    )
+                )
+            seen.setdefault(key, what)
+    if errors:
+        raise SpecErrors(errors)
+
+
+def keyed(plans: list[FamilyPlan], files: dict[str, str]) -> list[Library]:
+    """libraries(), checked unique."""
+    libs = libraries(plans, files)
+    check_unique(plans, libs)
+    return libs
+
+
+def _reader(files: dict[str, str], family: str):
+    def read(rel: str) -> bytes:
+        return files[posixpath.normpath(f"{CSRC}/{family}/{rel}")].encode()
+
+    return read
+
+
+def _included(files: dict[str, str], family: str, unit: str) -> tuple[str, ...]:
+    """The generated headers a unit includes, transitively, relative to csrc/<family>/, sorted: the
+    runtime's own walk (k3gen.runtime.variants), so a variant library's key is its unit key."""
+    return included_headers(lambda rel: files.get(posixpath.normpath(f"{CSRC}/{rel}")), family, unit)
