@@ -119,7 +119,7 @@ def test_errors(scope, source, message):
 def _cpp_helpers() -> str:
     """The k3::floordiv/floormod definitions exactly as k3_backend.h has them."""
     text = (ROOT / "templates/common/k3_backend.h.j2").read_text()
-    return "\n".join(line for line in text.splitlines() if re.match(r"inline int64_t (floordiv|floormod)", line))
+    return "\n".join(line for line in text.splitlines() if re.match(r"constexpr int64_t (floordiv|floormod)", line))
 
 
 PAIRS = [(a, b) for a in (-17, -16, -9, -8, -1, 0, 1, 7, 8, 9, 17) for b in (1, 2, 3, 8, 16)]
@@ -134,6 +134,8 @@ def test_floor_division_agrees_in_python_and_cpp(tmp_path):
         "struct A { int64_t M; };\nint main() {\n"
         + "".join(f'  {{ A a{{{a}}}; std::printf("%d\\n", (int){g.cpp}); }}\n' for (a, _), g in zip(PAIRS, gates))
         + "}\n"
+        # constexpr: a template's limits checks are static_asserts over the same spelling
+        + "".join(f"static_assert({g.cpp.replace('a.M', str(a))});\n" for (a, _), g in zip(PAIRS, gates))
     )
     subprocess.run(["c++", "-std=c++17", "-o", tmp_path / "t", src], check=True)
     got = subprocess.run([tmp_path / "t"], check=True, capture_output=True, text=True).stdout.split()
@@ -150,3 +152,81 @@ def test_python_rhs_drops_only_parentheses_around_all_of_it():
     assert rhs("((a is not None))") == "a is not None"
     assert rhs("(a + 1) * (b + 1)") == "(a + 1) * (b + 1)"  # two groups: nothing encloses it all
     assert rhs("M") == "M"
+
+
+# --- the one walker decides: Expr.value / Expr.decide (what gate_eval.py did, on the checked tree) ---
+
+DECIDE_SCOPE = Scope(
+    {
+        "K": Name("int", "K", "a.K"),
+        "M": Name("int", "M", "a.M"),
+        "D": Name("int", "D", "a.D"),
+        "topk": Name("int", "topk", "a.topk"),
+        "group_size": Name("int", "group_size", "group_size", positive=True),
+        "vec": Name("int", "vec", "vec", positive=True),
+        "max_tokens": constant(1024),
+        "top_k": constant(16),
+    },
+    tensors={"x": 2},
+    cpp=True,
+    strided=frozenset({"x"}),
+)
+
+
+@pytest.mark.parametrize(
+    "source,values,expected",
+    [
+        ("K % group_size == 0", {"K": 512, "group_size": 256}, True),
+        ("K % group_size == 0", {"K": 128, "group_size": 256}, False),
+        ("M <= max_tokens", {"M": 1025}, False),
+        ("-7 // 2 == -4 and -7 % 2 == 1", {}, True),  # Python's floor semantics, as the wrapper runs them
+        ("1 < K < 8", {"K": 8}, False),
+        ("not (D % vec == 0)", {"D": 258, "vec": 8}, True),
+        ("(D if D > 0 else 1) % 1024 == 0", {"D": 256}, False),  # the `if` the old evaluator could not decide
+        ("(D if D > 0 else 1) % 1024 == 0", {"D": 2048}, True),
+    ],
+)
+def test_known_values_decide(source, values, expected):
+    assert parse_expr(source, DECIDE_SCOPE).decide(values) is expected
+
+
+@pytest.mark.parametrize(
+    "source,values,expected",
+    [
+        ("x.ptr % 16 == 0", {}, None),  # a tensor attribute: only a real call has it
+        ("topk == top_k", {}, None),  # a scalar argument: not a test dim
+        ("K % 8 == 0 and x.ptr % 16 == 0", {"K": 12}, False),  # False whatever the pointer is
+        ("K % 8 == 0 and x.ptr % 16 == 0", {"K": 16}, None),
+        ("K > 0 or x.stride0 % 8 == 0", {"K": 1}, True),
+        ("K > 0 or x.stride0 % 8 == 0", {"K": 0}, None),
+        ("K % group_size == 0", {"K": 128, "group_size": 0}, False),  # the wrapper's own check would raise
+        ("(M if K > 0 else M) <= max_tokens", {"M": 4}, True),  # both branches agree: decided
+    ],
+)
+def test_unknowns_follow_three_valued_logic(source, values, expected):
+    assert parse_expr(source, DECIDE_SCOPE).decide(values) is expected
+
+
+def test_reads_are_plain_names_in_order_without_tensors():
+    e = parse_expr("K % group_size == 0 and x.ptr % vec == 0 and K > 1", DECIDE_SCOPE)
+    assert e.reads == ("K", "group_size", "vec")
+
+
+def test_a_value_is_computed_from_the_tree_with_constants_inlined():
+    shape = parse_expr("2 * D + top_k", Scope(DECIDE_SCOPE.names, want="int"))
+    assert shape.value({"D": 3584}) == 2 * 3584 + 16
+
+
+def test_the_walker_never_evaluates_text():
+    """Evaluation reads nodes; nothing in the module calls eval, exec or compile."""
+    import ast
+    import inspect
+
+    from k3gen.spec import exprs
+
+    calls = {
+        n.func.id
+        for n in ast.walk(ast.parse(inspect.getsource(exprs)))
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+    assert not calls & {"eval", "exec", "compile", "__import__"}

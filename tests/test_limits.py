@@ -85,8 +85,9 @@ def test_a_malformed_limits_file_is_located_in_itself(project):
         f"{LIMITS}:10 (vector.lanes): unknown vector kind 'lanes'; use one of: bytes, elements",
         f"{LIMITS}:12 (checks.0.check): 'nope' is not a constant or param listed in this file, nor vec; list it "
         "above first",
-        f"{LIMITS}:13 (checks.1.check): 'len(x)' is outside the gate language; a check uses integer arithmetic, "
-        "comparisons and names",
+        f"{LIMITS}:13 (checks.1.check): 'len(x)' is not allowed; use integer arithmetic (+ - * // %), comparisons, "
+        "and/or/not, `a if c else b`, declared names, T.ptr, T.stride0, T.shape[i] and `X is None`; a check uses "
+        "integer arithmetic, comparisons and the names listed here",
     ]
 
 

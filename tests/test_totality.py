@@ -114,3 +114,20 @@ def test_a_gate_over_params_and_dims(project):
         "scale_format=fp32_row; in=bf16, group_size=256, scale_format=fp32_col; in=bf16, group_size=256, "
         "scale_format=ue8m0 and 6 more); use test sizes every generated variant accepts"
     ]
+
+
+def test_a_gate_with_an_if_is_decided_like_any_other(project):
+    """The one walker decides `a if c else b` too: this gate refuses the test sizes D = 256 and 3584
+    (not multiples of 1024), which the evaluator before the one walker could not decide and let load."""
+    _edit(
+        project,
+        SPEC_FILE,
+        '  - check: "D % vec == 0"\n',
+        '  - check: "(D if D > 0 else 1) % 1024 == 0"\n    reason: "whole pages"\n  - check: "D % vec == 0"\n',
+    )
+    assert _errors(project) == [
+        f"{SPEC_FILE}:{_line(project, SPEC_FILE, 'D: [256, 2048, 3584]')} {K}tests.dims.D): the generated tests "
+        "would call shapes gate 0 `(D if D > 0 else 1) % 1024 == 0` refuses: D = 256; D = 3584 for 4 "
+        "generated variants (in=bf16, out=bf16; in=fp16, out=fp16; in=fp32, out=bf16 and 1 more); use test sizes "
+        "every generated variant accepts"
+    ]

@@ -4,10 +4,7 @@ says what it supports where it is read."""
 
 from __future__ import annotations
 
-import ast
-
 from k3gen.runtime.dtypes import DTYPES
-from k3gen.spec import gate_eval
 from k3gen.spec.escape import c_string
 from k3gen.spec.meaning.limits import Rule
 
@@ -44,7 +41,7 @@ def cpp_asserts(p) -> list[str]:
         assert_(_cpp_condition(width, rule), f"vector.{kind}", rule.line, rule.describe())
     for check in limits.checks:
         lines.append(
-            f"static_assert({_cpp_expr(check.source)}, "
+            f"static_assert({check.expr.cpp}, "
             f"{c_string(f'{limits.at(check.line)} requires {check.source}: {check.why}')});"
         )
     return lines
@@ -69,31 +66,6 @@ def _widest(axes: list[str]) -> str:
     for axis in axes[1:]:
         expr = f"(sizeof(T_{axis}) > {expr} ? sizeof(T_{axis}) : {expr})"
     return f"int({expr})"
-
-
-def _cpp_expr(source: str) -> str:
-    """A check in C++: the names are launch()'s template parameters and the family's constants."""
-
-    def render(node) -> str:
-        if isinstance(node, ast.BoolOp):
-            return "(" + (" && " if isinstance(node.op, ast.And) else " || ").join(map(render, node.values)) + ")"
-        if isinstance(node, ast.UnaryOp):
-            return f"({'!' if isinstance(node.op, ast.Not) else '-'}{render(node.operand)})"
-        if isinstance(node, ast.BinOp):
-            op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}[type(node.op)]
-            return f"({render(node.left)} {op} {render(node.right)})"
-        if isinstance(node, ast.Compare):
-            ops = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
-            parts, left = [], node.left
-            for op, right in zip(node.ops, node.comparators):
-                parts.append(f"({render(left)} {ops[type(op)]} {render(right)})")
-                left = right
-            return parts[0] if len(parts) == 1 else "(" + " && ".join(parts) + ")"
-        if isinstance(node, ast.Constant):
-            return _cpp_literal(node.value)
-        return "VEC" if node.id == "vec" else node.id  # checks name only constants, params and vec
-
-    return render(gate_eval.parse(source))
 
 
 def _cpp_literal(value) -> str:

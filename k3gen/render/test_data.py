@@ -13,7 +13,9 @@ import itertools
 from k3gen.plan.resolve import FamilyPlan
 from k3gen.render import pyformat
 from k3gen.render.spellings import torch_dtype, wrapper_signature
-from k3gen.spec import gate_eval, routing
+from k3gen.spec import routing
+from k3gen.spec.exprs import parse_expr
+from k3gen.spec.scopes import shape_scope
 
 ROW = 16  # numbers per row of a table
 
@@ -96,10 +98,10 @@ def runner_test_data(p: FamilyPlan, producer: FamilyPlan | None) -> dict:
     check = p.dense_bf16_check
     if producer is None or check is None:
         return {"TABLE": rows, "ACT_DTYPES": act, "producer": None}
-    sig, known = producer.spec.signature, {**producer.spec.constants, **check.dims}
+    sig, scope = producer.spec.signature, shape_scope(producer.spec)
 
     def shape(t) -> list[int]:
-        return [gate_eval.value(str(e), known) for e in t.shape]
+        return [parse_expr(e, scope).value(check.dims) for e in t.shape]
 
     return {
         "TABLE": rows,

@@ -10,11 +10,19 @@ for optional arguments. Types are checked (int, float, bool) so `and`/`or` never
 `//` and `%` floor in both languages (Python's rule; C++ calls k3::floordiv/floormod), and their right
 operand must be a positive integer known when the spec is loaded (a literal, constant, integer param
 or vec): no division by zero, and the two languages agree on negative left operands.
+
+This is the language's one walker: a checked expression (`Expr`) carries its Python and C++
+spellings and decides itself for known values (`value`, `decide`), so the load-time checks (test
+sizes against the gates, a template's limits checks), the generated wrapper and the C++ all read
+the same tree. Values are Python's, which the generated wrapper runs; a name with no value (a
+scalar argument, a tensor attribute such as x.ptr) is UNKNOWN, and and/or/not/if follow
+three-valued logic: a gate is refused only when it is False whatever the unknowns are.
 """
 
 from __future__ import annotations
 
 import ast
+import operator
 from dataclasses import dataclass, field
 
 MAX_SOURCE = 200  # characters of one expression
@@ -30,7 +38,11 @@ GRAMMAR = (
 
 
 class ExprError(ValueError):
-    pass
+    """Why an expression is refused; `unknown` is the name it does not know, if that is why."""
+
+    def __init__(self, message: str, unknown: str | None = None):
+        super().__init__(message)
+        self.unknown = unknown
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,7 @@ class Name:
     cpp: str | None
     shown: bool = True  # its value is printed when a gate fails (constants are not: they never vary)
     positive: bool = False  # a positive integer known at load time: may divide
-    value: int | None = None  # a constant's value
+    value: object = None  # a constant's value (None: known only when an expression is evaluated)
 
 
 def constant(value) -> Name:
@@ -53,8 +65,16 @@ def constant(value) -> Name:
         _literal(value, "cpp"),
         shown=False,
         positive=type(value) is int and value > 0,
-        value=value if type(value) is int else None,
+        value=value,
     )
+
+
+class _Unknown:
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN = _Unknown()  # the value of what only a real call has
 
 
 @dataclass(frozen=True)
@@ -78,6 +98,23 @@ class Expr:
     # Every `T.ptr % N` modulus; None when a pointer is read any other way. A call's pointers then
     # matter to this expression only modulo their lcm (the wrapper's fast path keys on that).
     ptr_moduli: tuple[int, ...] | None = ()
+    reads: tuple[str, ...] = ()  # the plain names it reads (tensors excluded), in order of first use
+    tree: ast.expr | None = field(default=None, compare=False, repr=False)  # the checked syntax tree
+    known: tuple = field(default=(), compare=False, repr=False)  # (name, value) of its constants
+
+    def value(self, env: dict):
+        """Its value, names taken from `env` (then the constants); UNKNOWN where it reads a name
+        neither has, a tensor attribute or an optional argument's presence that `env` lacks."""
+        return _evaluate(self.tree, {**dict(self.known), **env})
+
+    def decide(self, env: dict) -> bool | None:
+        """True or False when `env` settles it, None when it depends on what `env` lacks. Division by
+        zero decides False: the wrapper's own check would raise there."""
+        try:
+            result = self.value(env)
+        except ZeroDivisionError:
+            return False
+        return None if result is UNKNOWN else bool(result)
 
     @property
     def python_rhs(self) -> str:
@@ -122,7 +159,17 @@ def parse_expr(source, scope: Scope) -> Expr:
     if typ != scope.want and not (scope.want == "int" and typ == "int"):
         raise ExprError(f"'{text}' is {_a(typ)} expression; {_a(scope.want)} is needed here")
     moduli = tuple(r.moduli) if len(r.moduli) == r.ptr_reads else None
-    return Expr(text, py, cpp if scope.cpp else None, tuple(dict.fromkeys(r.shown)), moduli)
+    known = tuple((n, name.value) for n, name in scope.names.items() if name.value is not None)
+    return Expr(
+        text,
+        py,
+        cpp if scope.cpp else None,
+        tuple(dict.fromkeys(r.shown)),
+        moduli,
+        tuple(dict.fromkeys(r.reads)),
+        tree,
+        known,
+    )
 
 
 def _a(typ: str) -> str:
@@ -146,6 +193,7 @@ class _Renderer:
         self.shown: list[str] = []
         self.ptr_reads = 0
         self.moduli: list[int] = []
+        self.reads: list[str] = []
 
     def render(self, node) -> tuple[str, str | None, str]:
         """(Python, C++ or None, type) of one node."""
@@ -172,9 +220,10 @@ class _Renderer:
         name = self.scope.names.get(node.id)
         if name is None:
             known = sorted([*self.scope.names, *self.scope.tensors])
-            raise ExprError(f"unknown name '{node.id}'; known here: {', '.join(known) or 'none'}")
+            raise ExprError(f"unknown name '{node.id}'; known here: {', '.join(known) or 'none'}", node.id)
         if name.shown:
             self.shown.append(name.py)
+        self.reads.append(node.id)
         return name.py, name.cpp, name.type
 
     def _UnaryOp(self, node):
@@ -342,3 +391,67 @@ def _literal(value, lang: str) -> str:
     if isinstance(value, float):
         return repr(value) if lang == "py" else f"{value!r}f"
     return str(value)
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation of a checked tree (Expr.value): Python's semantics, three-valued where names are unknown
+
+_ARITH_FN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+_FLOOR_FN = {ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+_CMP_FN = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
+
+
+def _evaluate(node, env: dict):
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env.get(node.id, UNKNOWN)
+    if isinstance(node, (ast.Attribute, ast.Subscript)):
+        return UNKNOWN  # a tensor attribute: only a real call has it
+    if isinstance(node, ast.UnaryOp):
+        v = _evaluate(node.operand, env)
+        return UNKNOWN if v is UNKNOWN else (not v) if isinstance(node.op, ast.Not) else -v
+    if isinstance(node, ast.BinOp):
+        left, right = _evaluate(node.left, env), _evaluate(node.right, env)
+        if left is UNKNOWN or right is UNKNOWN:
+            return UNKNOWN
+        return {**_ARITH_FN, **_FLOOR_FN}[type(node.op)](left, right)
+    if isinstance(node, ast.Compare):
+        if isinstance(node.ops[0], (ast.Is, ast.IsNot)):  # `X is None`: known when env says whether X was given
+            given = env.get(node.left.id, UNKNOWN)
+            if given is UNKNOWN:
+                return UNKNOWN
+            return (given is None) == isinstance(node.ops[0], ast.Is)
+        parts, left = [], _evaluate(node.left, env)
+        for op, comparator in zip(node.ops, node.comparators):
+            right = _evaluate(comparator, env)
+            parts.append(UNKNOWN if UNKNOWN in (left, right) else _CMP_FN[type(op)](left, right))
+            left = right
+        return _all(parts)
+    if isinstance(node, ast.BoolOp):
+        parts = [_evaluate(v, env) for v in node.values]
+        parts = [p if p is UNKNOWN else bool(p) for p in parts]
+        if isinstance(node.op, ast.And):
+            return _all(parts)
+        return True if True in parts else (UNKNOWN if UNKNOWN in parts else False)
+    if isinstance(node, ast.IfExp):
+        test = _evaluate(node.test, env)
+        if test is UNKNOWN:
+            a, b = _evaluate(node.body, env), _evaluate(node.orelse, env)
+            return a if a is not UNKNOWN and b is not UNKNOWN and a == b else UNKNOWN
+        return _evaluate(node.body if test else node.orelse, env)
+    raise ExprError(f"k3gen bug: '{_unparse(node)}' passed the checks but cannot be evaluated")
+
+
+def _all(parts: list):
+    """Three-valued `and`: False wins, then UNKNOWN."""
+    if any(p is not UNKNOWN and not p for p in parts):
+        return False
+    return UNKNOWN if any(p is UNKNOWN for p in parts) else True

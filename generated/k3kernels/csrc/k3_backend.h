@@ -255,9 +255,10 @@ inline k3_error_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t
 }
 
 // Gate arithmetic (k3gen.exprs): // and % floor as in Python, so a gate means the same in the host
-// wrapper and here; the divisor is a positive constant, checked when the spec is loaded.
-inline int64_t floordiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
-inline int64_t floormod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
+// wrapper and here; the divisor is a positive constant, checked when the spec is loaded. constexpr:
+// a template's limits checks are the same expressions, as static_asserts.
+constexpr int64_t floordiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
+constexpr int64_t floormod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
 inline int64_t address(const void* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
 
 // Launch on `device` whatever the calling thread's current device is, and put that back after:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from k3gen.spec import gate_eval
 from k3gen.spec.errors import SpecError
+from k3gen.spec.exprs import ExprError, parse_expr
+from k3gen.spec.scopes import gate_scope
 
 
 @dataclass(frozen=True)
@@ -331,9 +332,9 @@ def _check_call(runners, ls, c: DenseBf16Contract, dense: list) -> list[SpecErro
     s = ls.spec
     for src, dst in c.cells:
         dtypes = {c.source: src, c.target: dst}
-        known = {**s.constants, **check.dims, **check.scalars, "vec": s.vector.elements_for(dtypes)}
+        known = {**check.dims, **check.scalars, "vec": s.vector.elements_for(dtypes)}
         for i, gate in enumerate(s.gates):
-            if _decide(gate.check, known) is False:
+            if _decide(gate.check, s, known) is False:
                 return [
                     runners.error(
                         ("dense_bf16_check", "dims"),
@@ -348,11 +349,12 @@ def _check_call(runners, ls, c: DenseBf16Contract, dense: list) -> list[SpecErro
     return []
 
 
-def _decide(source, values: dict) -> bool | None:
-    """gate_eval.decide, where syntax it does not know decides nothing."""
+def _decide(source, s, values: dict) -> bool | None:
+    """The gate (checked against spec `s`) decided for `values`; one that does not parse (the loader's
+    error already) decides nothing."""
     try:
-        return gate_eval.decide(source, values)
-    except (gate_eval.GateEvalError, TypeError):
+        return parse_expr(source, gate_scope(s)).decide(values)
+    except (ExprError, TypeError):
         return None
 
 

@@ -31,9 +31,9 @@ from pathlib import Path
 from k3gen.runtime.archs import ARCHS, FEATURES
 from k3gen.runtime.dtypes import DTYPES
 from k3gen.runtime.files import Refused, read_text
-from k3gen.spec import gate_eval
 from k3gen.spec.bounds import MAX_SOURCE_BYTES
 from k3gen.spec.errors import SpecError
+from k3gen.spec.exprs import Expr, ExprError, Name, Scope, parse_expr
 from k3gen.spec.paths import plain_file_inside
 from k3gen.spec.yaml_lines import LocatedData, parse_yaml
 
@@ -80,11 +80,13 @@ class Rule:
 
 @dataclass(frozen=True)
 class Check:
-    """A relation between constants, params and vec that the template needs."""
+    """A relation between constants, params and vec that the template needs: one expression of the
+    spec language (k3gen.spec.exprs), decided at load and spelled as a static_assert in launch()."""
 
     source: str
     why: str
     line: int
+    expr: Expr
 
 
 @dataclass
@@ -228,7 +230,7 @@ class _Parser:
         if not isinstance(body, list):
             self.error(("checks",), '`checks` is a list of `{check: EXPR, why: "..."}`')
             return []
-        known = {*limits.section("constants"), *limits.section("params"), "vec"}
+        scope = check_scope(limits)
         checks = []
         for i, item in enumerate(body):
             path = ("checks", i)
@@ -236,19 +238,24 @@ class _Parser:
                 self.error(path, 'a check is `{check: EXPR, why: "..."}`, nothing else')
                 continue
             try:
-                names = gate_eval.names(item["check"])
-            except gate_eval.GateEvalError as exc:
-                self.error(path + ("check",), f"{exc}; a check uses integer arithmetic, comparisons and names")
-                continue
-            unknown = [n for n in names if n not in known]
-            if unknown:
-                self.error(
-                    path + ("check",),
-                    f"'{unknown[0]}' is not a constant or param listed in this file, nor vec; list it above first",
+                expr = parse_expr(item["check"], scope)
+            except ExprError as exc:
+                said = (
+                    f"'{exc.unknown}' is not a constant or param listed in this file, nor vec; list it above first"
+                    if exc.unknown
+                    else f"{exc}; a check uses integer arithmetic, comparisons and the names listed here"
                 )
+                self.error(path + ("check",), said)
                 continue
-            checks.append(Check(str(item["check"]), str(item["why"]), self.located.line_of(path)))
+            checks.append(Check(str(item["check"]), str(item["why"]), self.located.line_of(path), expr))
         return checks
+
+
+def check_scope(limits: TemplateLimits) -> Scope:
+    """What a limits check may read: the constants and params the file lists (template parameters and
+    constants of launch() in C++, where vec is VEC), every one an integer that may divide."""
+    names = {n: Name("int", n, n, positive=True) for n in (*limits.section("constants"), *limits.section("params"))}
+    return Scope({**names, "vec": Name("int", "vec", "VEC", positive=True)}, cpp=True, want="bool")
 
 
 # --- a spec against its template's limits ---------------------------------------------------------
@@ -432,11 +439,11 @@ def _check_relations(ls, limits: TemplateLimits) -> list[SpecError]:
     for check in limits.checks:
         failing = []
         for values in _variant_values(s):
-            if gate_eval.decide(check.source, values) is False:
-                shown = ", ".join(f"{n} = {_shown(values[n])}" for n in gate_eval.names(check.source))
+            if check.expr.decide(values) is False:
+                shown = ", ".join(f"{n} = {_shown(values[n])}" for n in check.expr.reads)
                 failing.append(shown)
         if failing:
-            first = gate_eval.names(check.source)[0]
+            first = check.expr.reads[0]
             path = (
                 ("constants", first)
                 if first in s.constants

@@ -4,7 +4,7 @@ The model checks that what a spec names exists; this checks that nothing generat
 - dtypes.defaults: a caller may omit the derived axis for every generated value of its source axis;
 - vector.overrides: each override matches some generated cell (else it is dead text);
 - tests.dims: sizes for every dim of the signature, and for every generated variant every
-  combination of them passes the spec's gates (k3gen.spec.gate_eval: dims, constants, params and vec are
+  combination of them passes the spec's gates (Expr.decide: dims, constants, params and vec are
   known; scalars and tensor attributes such as x.ptr are not, and count as passing: the generated
   tests build dense and strided inputs that meet them). The generated tests call each variant with
   each combination, so a refused one is a located error here rather than a crash there.
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import itertools
 
-from k3gen.spec import gate_eval
 from k3gen.spec.errors import SpecError
+from k3gen.spec.exprs import ExprError, parse_expr
+from k3gen.spec.scopes import gate_scope
 
 SHOWN_VARIANTS = 3  # how many refused variants an error spells out
 
@@ -83,25 +84,26 @@ def _test_dims(ls) -> list[SpecError]:
     if errors:
         return errors
     combos = [dict(zip(sizes, c)) for c in itertools.product(*sizes.values())]
+    gates = _parsed_gates(s)
     axes = list(s.dtypes.axes)
     refused: dict[int, dict[str, list[str]]] = {}  # gate -> refused dims (as text) -> variant labels
     for cell in s.dtypes.generated_cells():
         dtypes = dict(zip(axes, cell))
         for pvals in itertools.product(*(p.values for p in s.params.values())):
             params = dict(zip(s.params, pvals))
-            known = {**s.constants, **params, "vec": s.vector.elements_for(dtypes)}
+            known = {**params, "vec": s.vector.elements_for(dtypes)}
             label = ", ".join([*(f"{a}={d}" for a, d in dtypes.items()), *(f"{p}={v}" for p, v in params.items())])
-            for i, gate in enumerate(s.gates):
-                read = [d for d in _names(gate.check) if d in sizes]
+            for i, gate in gates.items():
+                read = [d for d in gate.reads if d in sizes]
                 for dims in combos:
-                    if _decide(gate.check, {**known, **dims}) is False:
+                    if gate.decide({**known, **dims}) is False:
                         shown = ", ".join(f"{d} = {dims[d]}" for d in read) or "every size"
                         refused.setdefault(i, {}).setdefault(shown, [])
                         if label not in refused[i][shown]:
                             refused[i][shown].append(label)
     for i, by_dims in refused.items():
         gate = s.gates[i]
-        read = [d for d in _names(gate.check) if d in sizes]
+        read = [d for d in gates[i].reads if d in sizes]
         labels = list(dict.fromkeys(v for vs in by_dims.values() for v in vs))
         more = f" and {len(labels) - SHOWN_VARIANTS} more" if len(labels) > SHOWN_VARIANTS else ""
         path = ("tests", "dims", read[0]) if read else ("gates", i, "check")
@@ -118,16 +120,12 @@ def _test_dims(ls) -> list[SpecError]:
     return errors
 
 
-def _decide(source, values: dict) -> bool | None:
-    """gate_eval.decide, where syntax it does not know (or a value of the wrong type) decides nothing."""
-    try:
-        return gate_eval.decide(source, values)
-    except (gate_eval.GateEvalError, TypeError):
-        return None
-
-
-def _names(source) -> list[str]:
-    try:
-        return gate_eval.names(source)
-    except gate_eval.GateEvalError:
-        return []
+def _parsed_gates(s) -> dict:
+    """{gate index: its checked Expr}; a gate that does not parse is k3gen.spec.rules' error already."""
+    gates = {}
+    for i, gate in enumerate(s.gates):
+        try:
+            gates[i] = parse_expr(gate.check, gate_scope(s))
+        except ExprError:
+            continue
+    return gates

@@ -459,8 +459,8 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   static_assert(eps >= 1e-30f && eps <= 1.0f, "eps: templates/route_quant_fused/limits.yaml:24 allows at least 1e-30; at most 1.0");
   static_assert((VEC == 16), "vector.elements: templates/route_quant_fused/limits.yaml:26 allows 16");
   static_assert((top_k <= num_experts), "templates/route_quant_fused/limits.yaml:28 requires top_k <= num_experts: the top-k of num_experts experts");
-  static_assert(((hidden % group_size) == 0), "templates/route_quant_fused/limits.yaml:29 requires hidden % group_size == 0: groups of group_size elements tile a row");
-  static_assert(((hidden / VEC) <= block_threads), "templates/route_quant_fused/limits.yaml:30 requires hidden // vec <= block_threads: one block quantizes a whole row, one thread per vector");
+  static_assert((k3::floormod(hidden, group_size) == 0), "templates/route_quant_fused/limits.yaml:29 requires hidden % group_size == 0: groups of group_size elements tile a row");
+  static_assert((k3::floordiv(hidden, VEC) <= block_threads), "templates/route_quant_fused/limits.yaml:30 requires hidden // vec <= block_threads: one block quantizes a whole row, one thread per vector");
   return k3::launch(route_quant_kernel<T_score, T_act, FAST_MATH, VEC, block_threads>, dim3(unsigned(2 * a.M)), dim3(block_threads), 0,
                     stream, K3_PDL, static_cast<const T_score*>(a.scores), a.scores_stride0,
                     static_cast<const float*>(a.bias), static_cast<const T_act*>(a.x), a.x_stride0,
