@@ -50,7 +50,7 @@ def check_root(root: Path) -> Path:
 
 
 def _plans(root: Path):
-    from k3gen.plan.resolve import resolve_all
+    from k3gen.plan import resolve_all
     from k3gen.spec.load import load_specs
 
     return resolve_all(load_specs(root), root)
@@ -59,8 +59,8 @@ def _plans(root: Path):
 def _render(root: Path, say_untuned: bool = False):
     """The plans, the rendered files and the libraries with their keys, checked unique (k3gen.render.keys).
     say_untuned: print one located line per family whose variants run the default config (k3gen.plan.tuning)."""
-    from k3gen.render.keys import keyed
-    from k3gen.render.render import render_all, untuned_notes
+    from k3gen.render import render_all
+    from k3gen.render.keys import keyed, untuned_notes
 
     plans = _plans(root)
     files = render_all(plans, root)

@@ -87,9 +87,9 @@ def test_compile_builds_the_matrix_once_and_the_runtime_takes_it(fake_cc, proj, 
 def test_each_record_holds_the_library_key_k3gen_list_shows_and_the_costs_are_measured(fake_cc, proj):
     import json
 
-    from k3gen.plan.resolve import resolve_all
+    from k3gen.plan import resolve_all
+    from k3gen.render import render_all
     from k3gen.render.keys import libraries
-    from k3gen.render.render import render_all
     from k3gen.ship.costs import TABLE, load
     from k3gen.spec.load import load_specs
 
@@ -113,7 +113,7 @@ def test_each_record_holds_the_library_key_k3gen_list_shows_and_the_costs_are_me
 
 def test_compile_and_the_runtime_agree_on_every_key_of_the_real_matrix(fake_cc):
     """What `k3gen compile` records is what each generated wrapper asks for, CUDA and HIP alike."""
-    from k3gen.plan.resolve import resolve_all
+    from k3gen.plan import resolve_all
     from k3gen.ship.aot import select, targets_for
     from k3gen.spec.load import load_specs
 

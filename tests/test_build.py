@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from k3gen.cli import main
-from k3gen.plan.resolve import resolve_all
+from k3gen.plan import resolve_all
 from k3gen.spec.load import load_specs
 
 from support import ROOT, SPEC_FILE

@@ -1,6 +1,6 @@
 """Compile every generated translation unit, for every arch the specs declare.
 
-CUDA: each family's units (k3gen.render.kernel_sources) with nvcc and exactly the runtime's flags
+CUDA: each family's units (FamilyPlan.sources) with nvcc and exactly the runtime's flags
 (k3gen.runtime.toolchain.compile_flags) for each CUDA arch of the spec. HIP: device code only, with
 clang++-19, for each HIP arch that clang knows; an arch it does not know is a skip that says so,
 never a pass. One ninja run per session builds every cell on all cores; each (family, backend, arch)
@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from k3gen.plan.resolve import resolve_all
-from k3gen.render.render import TU_EXT, kernel_sources
+from k3gen.plan import resolve_all
 from k3gen.runtime.errors import K3ToolchainMissing
 from k3gen.runtime.toolchain import compile_flags, find_compiler, find_ninja
 from k3gen.spec.load import load_specs
@@ -113,9 +112,9 @@ def _probe_hip_arch(clang: str, arch: str, work: Path) -> Cell | None:
 
 def _units(p, backend: str, arch: str, compiler: str, out_dir: Path) -> list[Unit]:
     src_dir = CSRC / p.name
-    defines = p.arch_defines(arch)
+    defines = list(p.defines[arch])
     units = []
-    for name in kernel_sources(p, backend):
+    for name in p.sources[backend]:
         src = src_dir / name
         if backend == "cuda":
             out = out_dir / f"{Path(name).stem}.o"
@@ -207,12 +206,12 @@ def compiled(tmp_path_factory) -> dict[str, Cell]:
 
 
 def test_cells_cover_every_generated_unit():
-    """Every .cu/.hip file in a family's csrc/ is one that kernel_sources() lists, and vice versa."""
+    """Every .cu/.hip file in a family's csrc/ is one that FamilyPlan.sources lists, and vice versa."""
     for p in PLANS.values():
         for backend in p.backends:
-            ext = TU_EXT[backend]
+            ext = {"cuda": "cu", "hip": "hip"}[backend]
             on_disk = sorted(f.name for f in (CSRC / p.name).glob(f"*.{ext}"))
-            assert on_disk == sorted(kernel_sources(p, backend)), (
+            assert on_disk == sorted(p.sources[backend]), (
                 f"{p.name}/{backend}: generated/ and the plan disagree; run `k3gen check`"
             )
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from k3gen.cli import main
-from k3gen.plan.resolve import resolve_all
-from k3gen.render.render import render_all
+from k3gen.plan import resolve_all
+from k3gen.render import render_all
 from k3gen.review.diff import compare, diff_rev, format_json, format_markdown, format_text
 from k3gen.spec.load import load_specs
 

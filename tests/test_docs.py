@@ -6,10 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from k3gen.plan.resolve import resolve_all
-from k3gen.render import support
+from k3gen.plan import resolve_all
+from k3gen.render import render_all, support
 from k3gen.render.docs import matrix_table
-from k3gen.render.render import render_all
 from k3gen.spec.load import load_specs
 
 from support import ROOT

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from k3gen.plan.resolve import resolve_all
-from k3gen.render.render import render_all
+from k3gen.plan import resolve_all
+from k3gen.render import render_all
 from k3gen.ship.tree import MANIFEST, with_manifest
 from k3gen.spec.load import load_specs
 

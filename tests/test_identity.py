@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from k3gen.cli import main
-from k3gen.plan.resolve import resolve_all
+from k3gen.plan import resolve_all
+from k3gen.render import render_all
 from k3gen.render.keys import libraries
-from k3gen.render.render import render_all
 from k3gen.runtime.cache import ensure_built
 from k3gen.spec.load import load_specs
 

@@ -1,4 +1,5 @@
-"""The layers DESIGN.md draws, checked on the source: who may import whom, and one of each helper."""
+"""The layers of docs/design.md, checked on the source: who may import whom (one row per subpackage),
+no import cycle, render reaches no further down than the plan's data, and one of each helper."""
 
 from __future__ import annotations
 
@@ -7,10 +8,42 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from support import ROOT
 
 K3GEN = ROOT / "k3gen"
 STDLIB = set(sys.stdlib_module_names)
+# subpackage (or top module) -> (the k3gen subpackages it may import, the third-party packages it may import)
+LAYERS = {
+    "runtime": ({"runtime"}, {"torch", "ninja"}),
+    "oracles": ({"oracles", "runtime"}, {"torch", "pytest", "k3kernels"}),  # k3kernels: the generated package
+    "testing": ({"runtime"}, {"torch", "pytest"}),
+    "spec": ({"spec", "runtime"}, {"pydantic", "yaml"}),
+    "plan": ({"plan", "spec", "runtime"}, set()),
+    "render": ({"render", "plan", "spec", "runtime"}, {"jinja2"}),
+    "ship": ({"ship", "render", "plan", "spec", "runtime"}, {"jinja2", "torch"}),
+    "review": ({"review", "ship", "render", "plan", "spec", "runtime"}, {"jinja2"}),
+    "tune": ({"tune", "runtime"}, {"torch"}),
+}
+TOP = {"cli", "__main__", "__init__"}  # the command sits above every stage
+# What render may read of the stages below: the plan's data and the spellings' sources, never the
+# resolving, parsing or checking code (render spells plan fields; it resolves nothing itself).
+RENDER_MAY_NOT = (
+    "k3gen.plan.resolve",
+    "k3gen.spec.load",
+    "k3gen.spec.rules",
+    "k3gen.spec.scopes",
+    "k3gen.spec.meaning",
+)
+RENDER_MAY_NOT_NAMES = {"parse_expr", "resolve_all", "resolve_family", "load_specs", "read_table", "read_limits"}
+
+
+def modules() -> dict[str, Path]:
+    return {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in sorted(K3GEN.rglob("*.py"))
+    }
 
 
 def imports(path: Path) -> set[str]:
@@ -28,30 +61,88 @@ def imports(path: Path) -> set[str]:
     return found
 
 
-def test_docs_and_render_do_not_import_each_other_both_use_spellings():
-    docs, render = imports(K3GEN / "render/docs.py"), imports(K3GEN / "render/render.py")
-    assert not any(m.startswith("k3gen.render.render") for m in docs)
-    assert "k3gen.render.spellings" in docs and "k3gen.render.spellings" in render
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
 
 
-def test_the_runtime_imports_torch_the_standard_library_and_itself_only():
-    for path in sorted((K3GEN / "runtime").glob("*.py")):
+@pytest.mark.parametrize("layer", LAYERS)
+def test_each_subpackage_imports_only_what_its_row_allows(layer):
+    allowed, third = LAYERS[layer]
+    for module, path in modules().items():
+        if layer_of(module) != layer:
+            continue
         for name in imports(path):
             top = name.split(".")[0]
-            assert top in STDLIB or top in ("torch", "ninja") or name.startswith("k3gen.runtime") or name == "k3gen", (
-                f"{path.name} imports {name}"
-            )
+            if top == "k3gen":
+                if name in ("k3gen", "k3gen.__version__"):  # the package's face, importable from anywhere
+                    continue
+                assert layer_of(name) in allowed, f"{module} imports {name}: {layer} may import {sorted(allowed)}"
+            else:
+                assert top in STDLIB or top in third, f"{module} imports {name}: {layer} may use {sorted(third)}"
+
+
+def test_every_module_is_in_a_row():
+    for module in modules():
+        assert layer_of(module) in LAYERS or layer_of(module) in TOP, f"{module} belongs to no layer of LAYERS"
+
+
+def test_no_import_cycle():
+    graph = {m: set() for m in modules()}
+    for module, path in modules().items():
+        for name in imports(path):
+            while name and name not in graph:
+                name = name.rpartition(".")[0]
+            if name and name != module and not module.startswith(name + "."):
+                graph[module].add(name)
+    done, stack = set(), []
+
+    def visit(m: str) -> None:
+        if m in stack:
+            cycle = stack[stack.index(m) :] + [m]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
+        if m in done:
+            return
+        stack.append(m)
+        for n in sorted(graph[m]):
+            visit(n)
+        stack.pop()
+        done.add(m)
+
+    for m in sorted(graph):
+        visit(m)
+
+
+def test_render_reads_the_plan_and_resolves_nothing():
+    for module, path in modules().items():
+        if layer_of(module) != "render":
+            continue
+        for name in imports(path):
+            assert not name.startswith(RENDER_MAY_NOT), f"{module} imports {name}: render spells plan fields only"
+            assert name.rsplit(".", 1)[-1] not in RENDER_MAY_NOT_NAMES, f"{module} imports {name}"
+
+
+def test_templates_get_views_never_the_plan_or_the_spec():
+    """Templates read the views render builds (k3gen.render.views): no `p.` or `spec.` in any of them."""
+    import re
+
+    for path in sorted((ROOT / "templates").rglob("*.j2")):
+        code = "\n".join(re.findall(r"\{\{.*?\}\}|\{%.*?%\}", path.read_text(), re.S))
+        assert not re.search(r"\b(p|spec|plan)\.", code), f"{path.relative_to(ROOT)} reads the plan or the spec"
 
 
 def test_the_generated_tests_helper_imports_torch_pytest_the_standard_library_and_the_runtime_only():
     """k3gen.testing runs wherever the generated tests run: a machine with torch (and pytest) alone."""
-    for name in imports(K3GEN / "testing.py"):
-        top = name.split(".")[0]
-        assert top in STDLIB or top in ("torch", "pytest") or name.startswith("k3gen.runtime") or name == "k3gen", (
-            f"testing.py imports {name}"
-        )
     code = (
         "import sys\nfor m in ('pydantic', 'jinja2', 'yaml'): sys.modules[m] = None\nimport k3gen.testing\nprint('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_the_gpu_half_of_tune_runs_without_the_generator():
+    code = (
+        "import sys\nfor m in ('pydantic', 'jinja2', 'yaml'): sys.modules[m] = None\nimport k3gen.tune.run\nprint('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from k3gen.plan.resolve import resolve_family
-from k3gen.render.render import render_all
+from k3gen.render import render_all
 from k3gen.ship.tree import write_files
 from k3gen.spec.errors import SpecErrors
 from k3gen.spec.load import load_specs, parse_spec
@@ -130,12 +130,12 @@ def test_the_vector_kind_of_the_template(project):
 
 
 def test_every_limit_is_a_static_assert_in_the_kernel():
-    from k3gen.plan.resolve import resolve_all
-    from k3gen.render.limits_cpp import cpp_asserts
+    from k3gen.plan import resolve_all
+    from k3gen.render.cpp import static_asserts
 
     for p in resolve_all(load_specs(ROOT), ROOT):
         header = (ROOT / "generated" / "k3kernels" / "csrc" / p.name / f"{p.name}.cuh").read_text()
-        lines = cpp_asserts(p)
+        lines = static_asserts(p)
         rules = [r for section in p.limits.rules.values() for r in section.values()]
         for rule in rules:
             if rule.section != "flags":

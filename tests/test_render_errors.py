@@ -26,10 +26,16 @@ def break_line(project: Path, line: str) -> int:
 @pytest.mark.parametrize(
     "line, what",
     [
-        ("{{ p.no_such_field }}", "UndefinedError: 'k3gen.plan.FamilyPlan object' has no attribute 'no_such_field'"),
-        ('{{ "bf61" | torch_dtype_of }}', "KeyError: 'bf61'"),
+        (
+            "{{ fam.no_such_field }}",
+            "UndefinedError: 'k3gen.render.views.FamilyView object' has no attribute 'no_such_field'",
+        ),
+        (
+            '{{ fam.constants["no_such_constant"] }}',
+            "UndefinedError: 'dict object' has no attribute 'no_such_constant'",
+        ),
     ],
-    ids=["undefined", "key error in a filter"],
+    ids=["undefined", "undefined key"],
 )
 def test_a_render_failure_names_spec_template_and_line(tmp_path, capsys, line, what):
     project = copy_project(tmp_path / "proj", (SPEC_FILE, "specs/route_topk.yaml"))
@@ -56,7 +62,7 @@ def test_a_plan_failure_is_located_at_the_spec(tmp_path, capsys, monkeypatch):
     def broken(spec):
         raise KeyError("bf61")
 
-    monkeypatch.setattr(k3gen.plan, "_arg_fields", broken)  # read by the plan alone, after every load check
+    monkeypatch.setattr(k3gen.plan.resolve, "_arg_fields", broken)  # read by the plan alone, after every load check
     project = copy_project(tmp_path / "proj")
     assert main(["--root", str(project), "build"]) == 2
     assert capsys.readouterr().err == (

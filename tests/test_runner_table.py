@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from k3gen.plan.resolve import resolve_all
+from k3gen.plan import resolve_all
 from k3gen.spec.errors import SpecErrors
 from k3gen.spec.load import load_specs
 
@@ -211,8 +211,9 @@ SIGNATURE = "specs/situ_and_mul.yaml:30"  # tests/data/situ_and_mul.yaml's `sign
 
 def test_the_dense_bf16_test_takes_its_call_from_the_table(project):
     (plan,) = [p for p in resolve_all(load_specs(project), project) if p.runners]
-    assert dict(plan.dense_bf16_check.dims) == {"M": 64, "D": 3584}
-    assert dict(plan.dense_bf16_check.scalars) == {"beta": 4.0, "linear_beta": 25.0}
+    call = plan.dense_bf16_call
+    assert (call.family, call.inputs, call.outputs) == ("situ_and_mul", {"x": [64, 7168]}, {"out": [64, 3584]})
+    assert call.scalars == {"beta": 4.0, "linear_beta": 25.0}
 
 
 def test_the_dense_bf16_check_is_needed_while_a_runner_consumes_dense_bf16(project):

@@ -1,149 +1,47 @@
-"""Resolve a validated spec into its plan: every specialization, its identity and C++ spellings.
+"""Resolve a validated spec into its plan (k3gen.plan.family): everything render reads, computed once.
 
-Templates receive the plan, never the raw spec: C++ types, template arguments, switch keys, struct
-fields and gate expressions are all computed here, so templates only substitute and loop. Cache
-keys are not computed here: they hash what is compiled, the rendered sources (k3gen.render.keys).
+The dtype matrix expanded into variants and switch keys, the gates, dims, selects and tensor shapes
+parsed (k3gen.spec.exprs), the Args layout and where each field comes from, the call's parameters,
+the routing of each backend expanded, the tuning table read, the build's files and defines, and for
+the runner table's front the call its contract's family makes in the GPU test. Cache keys are not
+computed here: they hash what is compiled, the rendered sources (k3gen.render.keys).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from k3gen.plan import tuning
-from k3gen.render import spellings
+from k3gen.plan.family import (
+    KERNEL_HEADER,
+    TU_EXT,
+    ArgField,
+    BackendRouting,
+    CallParam,
+    DenseBf16Call,
+    DtypeBinding,
+    FamilyPlan,
+    KeyLayout,
+    Specialization,
+    TensorCase,
+    TensorPlan,
+    Variant,
+)
 from k3gen.runtime.dtypes import DTYPES
 from k3gen.spec import routing
 from k3gen.spec.bounds import KEY_BITS
-from k3gen.spec.errors import SpecError, SpecErrors
-from k3gen.spec.exprs import Expr, parse_expr
+from k3gen.spec.errors import SpecErrors
+from k3gen.spec.exprs import parse_expr
 from k3gen.spec.load import LoadedSpec
+from k3gen.spec.meaning.contracts import DENSE_BF16
 from k3gen.spec.meaning.limits import read_limits
 from k3gen.spec.model import KernelSpec
-from k3gen.spec.scopes import dim_scope, gate_scope, select_scope
+from k3gen.spec.scopes import dim_scope, gate_scope, select_scope, shape_scope
 
 BACKENDS = ("cuda", "hip")
-
-
-@dataclass(frozen=True)
-class ArgField:
-    """One field of the family's C args struct, filled by the host wrapper."""
-
-    name: str
-    kind: str  # key of spellings.ARG_CTYPES
-
-    @property
-    def cpp(self) -> str:
-        return spellings.ARG_CTYPES[self.kind][0]
-
-    @property
-    def ctype(self) -> str:
-        return spellings.ARG_CTYPES[self.kind][1]
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One generated point: a matrix cell × params × call-time flags. One translation unit per backend."""
-
-    name: str
-    dtypes: dict  # axis -> dtype name
-    params: dict  # param -> value
-    flags: dict  # call-time flag -> bool
-    fast_math: bool  # approximate math allowed (the spec's fast_math.when)
-    vec: int  # elements per vector access
-    key: int  # switch key, the same number in the Python table and the C++ switch
-
-    def as_dict(self) -> dict:
-        """Every parameter by name, as the oracle and the generated tests see a variant."""
-        return {**self.dtypes, **self.params, **self.flags, "fast_math": self.fast_math, "vec": self.vec}
-
-    @property
-    def label(self) -> str:
-        parts = [f"{a}={d}" for a, d in self.dtypes.items()]
-        parts += [f"{p}={v}" for p, v in self.params.items()]
-        parts += [f"{f}={'on' if v else 'off'}" for f, v in self.flags.items()]
-        parts += ["fast_math"] if self.fast_math else []
-        return ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class Specialization:
-    """A variant compiled for one arch: the unit of identity (its key: k3gen.render.keys)."""
-
-    variant: Variant
-    backend: str
-    arch: str
-    arch_flags: dict  # arch-derived flag -> bool
-    identity: str
-
-
-@dataclass
-class FamilyPlan:
-    spec: KernelSpec
-    file: str  # specs/NAME.yaml
-    variants: list[Variant]
-    specializations: list[Specialization]
-    excluded: list[tuple[dict, str]]  # (cell, reason)
-    gates: list[tuple[Expr, str]]  # (expression, reason)
-    args: list[ArgField]
-    backends: list[str]
-    call_flags: list[str]  # flags chosen per call, in key order
-    arch_flags: list[str]  # flags chosen per arch
-    key_parts: list[str] = field(default_factory=list)  # names of the switch-key components, in order
-    runners: list = field(default_factory=list)  # model.Runner rows of specs/runners.yaml, if this is their front
-    runners_file: str = ""
-    dense_bf16_check: object = None  # model.DenseBf16Check of specs/runners.yaml, if this is their front
-    dims: list[tuple[str, Expr]] = field(default_factory=list)  # in binding order
-    selects: dict[str, Expr] = field(default_factory=dict)  # call-time flag -> its select expression
-    limits: object = None  # k3gen.spec.meaning.limits.TemplateLimits of the template: static_asserts in launch()
-    located: object = None  # the spec's yaml_lines.LocatedData: plan and render errors name its lines
-    tuning: object = None  # k3gen.plan.tuning.Tuning: knobs, configs and the table's picks; None: no knobs
-
-    @property
-    def name(self) -> str:
-        return self.spec.kernel
-
-    def error(self, path: tuple, message: str) -> SpecError:
-        """A SpecError at the spec line of `path` (line 1 when the plan was built without a line map)."""
-        line = self.located.line_of(path) if self.located is not None else 1
-        return SpecError(self.file, line, self.name, ".".join(map(str, path)) or "<root>", message)
-
-    def archs(self, backend: str) -> list[str]:
-        return list(getattr(self.spec.targets, backend))
-
-    # C++ spellings of the plan live in k3gen.render.spellings; templates reach them through these names.
-    def template_params(self) -> str:
-        return spellings.template_params(self)
-
-    def template_param_names(self) -> str:
-        return spellings.template_param_names(self)
-
-    def template_args(self, v: Variant, backend: str, config: int = 0) -> str:
-        return spellings.template_args(self, v, backend, config)
-
-    def param_enums(self) -> list[tuple[str, int]]:
-        return spellings.param_enums(self)
-
-    def backend_routing(self) -> list[routing.BackendRouting]:
-        """Tie order (expanded to a priority per expert) and sigmoid of each backend (k3gen.spec.routing)."""
-        return [routing.resolve(self.spec, b) for b in self.backends]
-
-    @property
-    def call_alignment(self) -> int | None:
-        """Pointers matter to the gates only modulo this (see k3gen.runtime.fastpath); None: the gates
-        read pointers otherwise, and every call is checked in full."""
-        moduli = [g.ptr_moduli for g, _ in self.gates]
-        if any(m is None for m in moduli):
-            return None
-        return math.lcm(1, *(n for m in moduli for n in m))
-
-    def shape_python(self, shape: list) -> list[str]:
-        return spellings.shape_python(self, shape)
-
-    def arch_defines(self, arch: str) -> list[str]:
-        return spellings.arch_defines(self, arch)
+PY_SCALAR = {"f32": "float", "i32": "int", "i64": "int"}  # Python annotation of a spec scalar type
 
 
 def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
@@ -166,6 +64,10 @@ def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
     if errors:
         raise SpecErrors(errors)
     _assert_unique_identities(plans)
+    by_name = {p.name: p for p in plans}
+    for ls, p in zip(loaded, plans):
+        if ls.runners and ls.runners.table.dense_bf16_check is not None and DENSE_BF16.family in by_name:
+            p.dense_bf16_call = _dense_bf16_call(by_name[DENSE_BF16.family], ls.runners.table.dense_bf16_check)
     return plans
 
 
@@ -174,11 +76,69 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
     axes = s.dtypes.axes
     call_flags = [f for f, fl in s.flags.items() if fl.archs is None]
     arch_flags = [f for f, fl in s.flags.items() if fl.archs is not None]
-    variants = []
-    cells = s.dtypes.generated_cells()
+    variants = _variants(s, call_flags)
+    specs = []
+    for backend in BACKENDS:
+        for arch in getattr(s.targets, backend):
+            aflags = {f: arch in (s.flags[f].archs or []) for f in arch_flags}
+            specs += [Specialization(v, backend, arch, aflags, f"{v.name}__{arch}") for v in variants]
+    excluded = [({a: c[a] for a in axes}, c["reason"]) for c in s.dtypes.exclude]
+    scope = gate_scope(s)
+    gates = [(parse_expr(g.check, scope), g.reason) for g in s.gates]
+    names = list(s.signature.dims)
+    dims = [(d, parse_expr(src, dim_scope(s, names[:i]))) for i, (d, src) in enumerate(s.signature.dims.items())]
+    selects = {f: parse_expr(fl.select, select_scope(s)) for f, fl in s.flags.items() if fl.select is not None}
+    runners = ls.runners.table.runners if ls.runners else []
+    backends = [b for b in BACKENDS if getattr(s.targets, b)]
+    moduli = [g.ptr_moduli for g, _ in gates]
+    return FamilyPlan(
+        spec=s,
+        file=ls.file,
+        variants=variants,
+        specializations=specs,
+        excluded=excluded,
+        gates=gates,
+        args=_arg_fields(s),
+        backends=backends,
+        call_flags=call_flags,
+        arch_flags=arch_flags,
+        key=KeyLayout((*axes, *s.params, *call_flags), KEY_BITS),
+        dims=dims,
+        selects=selects,
+        tensors=_tensors(s),
+        call=_call(s),
+        dtype_bindings=_dtype_bindings(s),
+        kwarg_flags=tuple(n for n, f in s.flags.items() if f.kwarg),
+        param_enums=tuple(
+            (f"{n}_{val}", i) for n, prm in s.params.items() for i, val in enumerate(prm.values) if isinstance(val, str)
+        ),
+        # Pointers matter to the gates only modulo this (k3gen.runtime.fastpath); None: a gate reads a
+        # pointer otherwise, and every call is checked in full.
+        call_alignment=None if any(m is None for m in moduli) else math.lcm(1, *(n for m in moduli for n in m)),
+        routing=tuple(_routing(s, b) for b in backends) if routing.declares_routing(s) else None,
+        sources={b: (*(f"{v.name}.{TU_EXT[b]}" for v in variants), f"dispatch.{TU_EXT[b]}") for b in backends},
+        headers={b: (KERNEL_HEADER.format(name=s.kernel), f"{s.kernel}_abi.h", "../k3_backend.h") for b in backends},
+        defines={
+            a: tuple(f"-DK3_{f.upper()}={int(a in (s.flags[f].archs or []))}" for f in arch_flags)
+            for b in backends
+            for a in getattr(s.targets, b)
+        },
+        limits=read_limits(root, s.template)[0],
+        located=ls.located,
+        tuning=tuning.read_table(s, ls.file, root, [v.name for v in variants]),
+        runners=list(runners),
+        runners_file=ls.runners.file if ls.runners else "",
+    )
+
+
+def _variants(s: KernelSpec, call_flags: list[str]) -> list[Variant]:
+    """The variant space: each generated cell × param values × call-time flags, with its switch key."""
+    axes, variants = s.dtypes.axes, []
     param_values = [prm.values for prm in s.params.values()]
     for cell, pvals, fvals in itertools.product(
-        cells, itertools.product(*param_values), itertools.product((False, True), repeat=len(call_flags))
+        s.dtypes.generated_cells(),
+        itertools.product(*param_values),
+        itertools.product((False, True), repeat=len(call_flags)),
     ):
         dtypes = dict(zip(axes, cell))
         params = dict(zip(s.params, pvals))
@@ -197,50 +157,100 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
         chosen = {**dtypes, **params}
         fast = s.fast_math is not None and all(chosen[k] in vs for k, vs in s.fast_math.when.items())
         variants.append(Variant(name, dtypes, params, flags, fast, s.vector.elements_for(dtypes), key))
-    specs = []
-    for backend in BACKENDS:
-        for arch in getattr(s.targets, backend):
-            aflags = {f: arch in (s.flags[f].archs or []) for f in arch_flags}
-            specs += [Specialization(v, backend, arch, aflags, f"{v.name}__{arch}") for v in variants]
-    excluded = [({a: c[a] for a in axes}, c["reason"]) for c in s.dtypes.exclude]
-    scope = gate_scope(s)
-    gates = [(parse_expr(g.check, scope), g.reason) for g in s.gates]
-    names = list(s.signature.dims)
-    dims = [(d, parse_expr(src, dim_scope(s, names[:i]))) for i, (d, src) in enumerate(s.signature.dims.items())]
-    selects = {f: parse_expr(fl.select, select_scope(s)) for f, fl in s.flags.items() if fl.select is not None}
-    runners = ls.runners.table.runners if ls.runners else []
-    return FamilyPlan(
-        s,
-        ls.file,
-        variants,
-        specs,
-        excluded,
-        gates,
-        _arg_fields(s),
-        [b for b in BACKENDS if getattr(s.targets, b)],
-        call_flags,
-        arch_flags,
-        [*axes, *s.params, *call_flags],
-        list(runners),
-        ls.runners.file if ls.runners else "",
-        ls.runners.table.dense_bf16_check if ls.runners else None,
-        dims,
-        selects,
-        read_limits(root, s.template)[0],
-        ls.located,
-        tuning.read_table(s, ls.file, root, [v.name for v in variants]),
-    )
+    return variants
 
 
 def _arg_fields(s: KernelSpec) -> list[ArgField]:
     fields = []
     for name, t in s.signature.tensors.items():
-        fields.append(ArgField(name, "mut_ptr" if t.output else "ptr"))
+        fields.append(ArgField(name, "mut_ptr" if t.output else "ptr", "tensor"))
         if t.layout == "rows":
-            fields.append(ArgField(f"{name}_stride0", "i64"))
-    fields += [ArgField(d, "i64") for d in s.signature.dims]
-    fields += [ArgField(n, sc.type) for n, sc in s.signature.scalars.items()]
+            fields.append(ArgField(f"{name}_stride0", "i64", "stride0", of=name))
+    fields += [ArgField(d, "i64", "dim") for d in s.signature.dims]
+    fields += [
+        ArgField(n, sc.type, "optional_scalar" if sc.optional else "scalar") for n, sc in s.signature.scalars.items()
+    ]
     return fields
+
+
+def _tensors(s: KernelSpec) -> tuple[TensorPlan, ...]:
+    """Each tensor, inputs first, with its `by` cases (their shapes parsed) before the declared one."""
+    scope = shape_scope(s)
+
+    def case(when, dtype, shape, layout) -> TensorCase:
+        return TensorCase(when, dtype, tuple(parse_expr(d, scope) for d in shape), layout)
+
+    out = []
+    for name, t in sorted(s.signature.tensors.items(), key=lambda kv: kv[1].output):
+        cases = [
+            case((param, value), c.dtype or t.dtype, c.shape or t.shape, c.layout or t.layout)
+            for param, by_value in t.by.items()
+            for value, c in by_value.items()
+        ]
+        cases.append(case(None, t.dtype, t.shape, t.layout))
+        role = "output" if t.output else "optional" if t.optional else "input"
+        out.append(TensorPlan(name, len(t.shape), role, tuple(cases)))
+    return tuple(out)
+
+
+def _call(s: KernelSpec) -> tuple[CallParam, ...]:
+    """The wrapper's parameters in call order, each with the custom op's annotation and its default."""
+    sig, out = s.signature, []
+    for n, t in sig.tensors.items():
+        if not t.output:
+            role = "optional_tensor" if t.optional else "tensor"
+            out.append(CallParam(n, role, "torch.Tensor | None" if t.optional else "torch.Tensor", None, t.optional))
+    for n, sc in sig.scalars.items():
+        py = PY_SCALAR[sc.type]
+        out.append(CallParam(n, "scalar", f"{py} | None" if sc.optional else py, sc.default, sc.optional))
+    for n, prm in s.params.items():
+        annotation = "str" if any(isinstance(v, str) for v in prm.values) else "int"
+        out.append(CallParam(n, "param", annotation, prm.default, True))
+    out += [CallParam(n, "flag", "bool", f.default, True) for n, f in s.flags.items() if f.kwarg]
+    out += [CallParam(n, "output", "", None, True) for n, t in sig.tensors.items() if t.output]
+    return tuple(out)
+
+
+def _dtype_bindings(s: KernelSpec) -> tuple[DtypeBinding, ...]:
+    """Each dtype axis: the tensor it is read from (an input if any has it), and the axis its default
+    derives from when that tensor may be omitted."""
+    out = []
+    for axis in s.dtypes.axes:
+        tensors = [(n, t) for n, t in s.signature.tensors.items() if t.dtype == axis]
+        name, t = min(tensors, key=lambda nt: nt[1].output or nt[1].optional)
+        out.append(DtypeBinding(axis, name, s.dtypes.defaults[axis].from_ if (t.output or t.optional) else None))
+    return tuple(out)
+
+
+def _routing(s: KernelSpec, backend: str) -> BackendRouting:
+    """One backend's tie order (expanded to a priority per expert) and sigmoid."""
+    order = routing.for_backend(s.tie_order, backend)
+    priority = routing.expert_priorities(order, s.constants.get("num_experts"), ("tie_order",))
+    kind = order.rule if isinstance(order, routing.TieRule) else ("table" if isinstance(order, list) else order)
+    shown = order.model_dump() if isinstance(order, routing.TieRule) else order
+    sigmoid = routing.for_backend(s.sigmoid, backend)
+    return BackendRouting(
+        backend,
+        order,
+        tuple(priority) if priority is not None else None,
+        sigmoid,
+        kind,
+        {"tie_order": shown, "sigmoid": sigmoid},
+    )
+
+
+def _dense_bf16_call(producer: FamilyPlan, check) -> DenseBf16Call:
+    """The contract family's call in the runner table's GPU test, with its tensors' sizes computed."""
+
+    def sizes(t: TensorPlan) -> list[int]:
+        return [d.value(check.dims) for d in t.cases[-1].shape]
+
+    return DenseBf16Call(
+        producer.name,
+        {t.name: sizes(t) for t in producer.tensors if t.role == "input"},
+        {t.name: sizes(t) for t in producer.tensors if t.output},
+        dict(check.scalars),
+    )
 
 
 def _assert_unique_identities(plans: list[FamilyPlan]) -> None:

@@ -17,9 +17,7 @@ variant the family does not generate, a second table of one family, or a table o
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -288,38 +286,3 @@ def check_tables(root: Path, families: dict[str, str]) -> list[SpecError]:
                 )
             )
     return errors
-
-
-def identities(p, kernel_header: str, backend_header: str) -> dict[str, str]:
-    """What a table measures, per variant: the family's kernel code (rendered, before any picks),
-    its knobs, configs, buckets and shape, and the variant's parameters."""
-    t = p.tuning
-    meaning = {"family": p.name, "knobs": t.knobs, "configs": t.configs, "buckets": t.buckets, "shape": t.shape}
-    h = hashlib.sha256(json.dumps(meaning, sort_keys=True).encode())
-    for text in (kernel_header, backend_header):
-        h.update(b"\0" + text.encode())
-    out = {}
-    for v in p.variants:
-        hv = h.copy()
-        hv.update(b"\0" + json.dumps({"variant": v.name, **v.as_dict()}, sort_keys=True).encode())
-        out[v.name] = hv.hexdigest()
-    return out
-
-
-def tuner_data(p, current: dict[str, str], oracle_spec: dict, routing: dict) -> dict:
-    """What the GPU half (k3gen.tune.run) needs, from generated/ alone (no spec loader there)."""
-    t = p.tuning
-    return {
-        "format": FORMAT,
-        "family": p.name,
-        "spec": p.file,
-        "knobs": t.knobs,
-        "configs": t.configs,
-        "buckets": t.buckets,
-        "shape": t.shape,
-        "oracle": p.spec.oracle,
-        "oracle_spec": oracle_spec,
-        "routing": routing,
-        "cases": list(p.spec.tests.cases),
-        "variants": [{"name": v.name, "variant": v.as_dict(), "identity": current[v.name]} for v in p.variants],
-    }

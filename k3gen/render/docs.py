@@ -11,12 +11,12 @@ import itertools
 import json
 from dataclasses import dataclass
 
-from k3gen.plan.resolve import FamilyPlan
-from k3gen.render.spellings import dtype_bindings, wrapper_signature
+from k3gen.plan.family import BackendRouting, FamilyPlan
+from k3gen.render.python import wrapper_signature
 from k3gen.render.support import COMPILED, DECLARED, HIP_NOT_COMPILED_WHY, RUN, RUN_ON_GPU, arch_state
 from k3gen.runtime.dtypes import DTYPES
-from k3gen.spec import routing
 from k3gen.spec.escape import one_line
+from k3gen.spec.routing import SIGMOIDS, WAVE_LANES
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def matrix_table(p: FamilyPlan) -> Table:
 
 
 def defaults_table(p: FamilyPlan) -> Table | None:
-    bound = {axis: tensor for axis, tensor, _ in dtype_bindings(p)}
+    bound = {b.axis: b.tensor for b in p.dtype_bindings}
     rows = [
         [axis, f"`{bound[axis]}` is not given", d.from_, ", ".join(f"{s} → {t}" for s, t in d.map.items())]
         for axis, d in p.spec.dtypes.defaults.items()
@@ -187,7 +187,7 @@ def constants_table(p: FamilyPlan) -> Table | None:
 def tie_order(p: FamilyPlan) -> dict:
     """The tie order and sigmoid of each backend (k3gen.spec.routing) in words, and the rows of every
     table or rule they use (16 entries a line)."""
-    if not routing.declares_routing(p.spec):
+    if p.routing is None:
         return {
             "heading": "Tie order",
             "table": None,
@@ -195,8 +195,8 @@ def tie_order(p: FamilyPlan) -> dict:
             "lines": [],
             "text": "Not declared; the default `lowest_id` applies (the lower index wins where keys tie).",
         }
-    resolved = p.backend_routing()
-    rows = [[r.backend, _tie_words(r), f"`{r.sigmoid}`: {routing.SIGMOIDS[r.sigmoid]}"] for r in resolved]
+    resolved = p.routing
+    rows = [[r.backend, _tie_words(r), f"`{r.sigmoid}`: {SIGMOIDS[r.sigmoid]}"] for r in resolved]
     blocks = []
     for order in dict.fromkeys(_hashable(r.tie_order) for r in resolved if r.priority is not None):
         users = [r for r in resolved if _hashable(r.tie_order) == order]
@@ -215,7 +215,7 @@ def tie_order(p: FamilyPlan) -> dict:
     }
 
 
-def _tie_words(r: routing.BackendRouting) -> str:
+def _tie_words(r: BackendRouting) -> str:
     if r.priority is None:
         return "`lowest_id`: among equal keys, the lower index wins"
     if isinstance(r.tie_order, list):
@@ -235,7 +235,7 @@ def _lines(values: list[int]) -> list[str]:
     return [line + ("," if i < len(lines) - 1 else "") for i, line in enumerate(lines)]
 
 
-def _order_blocks(r: routing.BackendRouting, backends: str) -> list[dict]:
+def _order_blocks(r: BackendRouting, backends: str) -> list[dict]:
     if isinstance(r.tie_order, list):
         return [{"text": f"The table ({backends}), first place first:", "lines": _lines(r.tie_order)}]
     rule = r.tie_order
@@ -245,8 +245,8 @@ def _order_blocks(r: routing.BackendRouting, backends: str) -> list[dict]:
         {
             "text": (
                 f"`{rule.rule}` ({backends}): groups of {rule.experts_per_group} consecutive experts are dealt "
-                f"to {routing.WAVE_LANES} lanes (group g on lane g % {routing.WAVE_LANES}, bank "
-                f"g // {routing.WAVE_LANES}); lanes are visited by rank, a lane's banks in order, a group's "
+                f"to {WAVE_LANES} lanes (group g on lane g % {WAVE_LANES}, bank "
+                f"g // {WAVE_LANES}); lanes are visited by rank, a lane's banks in order, a group's "
                 "experts by id. Rank of each lane, lane 0 first:"
             ),
             "lines": _lines(rule.lane_rank),

@@ -8,12 +8,13 @@ predicates (k3gen.spec.exprs), one straight line per spec entry.
 
 from __future__ import annotations
 
-from k3gen.plan.resolve import FamilyPlan
+from k3gen.plan.family import FamilyPlan
+from k3gen.render.cpp import ARG_CTYPES
 from k3gen.render.pyformat import Name
-from k3gen.render.spellings import torch_dtype
+from k3gen.render.python import torch_dtype
 
 
-def host_module_data(p: FamilyPlan, sources: dict, headers: dict, pointers: list[str], outputs: list[str]) -> dict:
+def host_module_data(p: FamilyPlan, pointers: list[str], outputs: list[str]) -> dict:
     """Every data value host.py.j2 writes, by its name in the generated module."""
     s = p.spec
     defaults = {  # name -> (axis, the axis it derives from, table)
@@ -28,20 +29,17 @@ def host_module_data(p: FamilyPlan, sources: dict, headers: dict, pointers: list
     for v in p.variants:
         parts = (*(Name(torch_dtype(d)) for d in v.dtypes.values()), *v.params.values(), *v.flags.values())
         variants[parts] = (Name(f"{v.key:#x}"), v.vec)
-    ordered = sorted(s.signature.tensors.items(), key=lambda kv: kv[1].output)  # inputs first
     return {
         "MATRIX": [tuple(cell) for cell in s.dtypes.generated_cells()],
         "EXCLUDED": {tuple(cell.values()): reason for cell, reason in p.excluded},
         "AXES": list(s.dtypes.axes),
         "defaults": defaults,
         "VARIANTS": variants,
-        "ARGS_FIELDS": [(f.name, Name(f"ctypes.{f.ctype}")) for f in p.args],
-        "SOURCES": sources,
-        "HEADERS": headers,
-        "ARCH_DEFINES": {arch: p.arch_defines(arch) for b in p.backends for arch in p.archs(b)},
-        "TENSORS": tuple(
-            (n, len(t.shape), "output" if t.output else "optional" if t.optional else "input") for n, t in ordered
-        ),
+        "ARGS_FIELDS": [(f.name, Name(f"ctypes.{ARG_CTYPES[f.kind][1]}")) for f in p.args],
+        "SOURCES": {b: list(srcs) for b, srcs in p.sources.items()},
+        "HEADERS": {b: list(hs) for b, hs in p.headers.items()},
+        "ARCH_DEFINES": {arch: list(d) for arch, d in p.defines.items()},
+        "TENSORS": tuple((t.name, t.rank, t.role) for t in p.tensors),
         "GATES": [(g.source, reason) for g, reason in p.gates],
         "POINTERS": pointers,
         "OUTPUT_SLOTS": tuple(pointers.index(o) for o in outputs),

@@ -15,22 +15,27 @@ Both follow from what is compiled and nothing else. The spec's text is not hashe
 whitespace, key order or YAML style edit, and a reason or summary that only messages and docs show,
 change no key; a template edit changes the keys of the units whose bytes it changes. The compiler's
 version is bound in by the runtime (artifact.full_key) on the machine that builds.
+
+A tuning table's claims are checked here too: each variant's pick stands only while the table's
+identity of it is the one its rendered code has now (k3gen.plan.tuning: else it is untuned).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import posixpath
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from k3gen.plan.resolve import FamilyPlan
-from k3gen.render.render import TU_EXT, kernel_headers, kernel_sources
+from k3gen.plan.family import KERNEL_HEADER, TU_EXT, FamilyPlan
+from k3gen.plan.tuning import FORMAT
 from k3gen.runtime.cache import CSRC_PLACEHOLDER, BuildRequest
-from k3gen.runtime.toolchain import backend_of
 from k3gen.runtime.variants import included_headers
-from k3gen.spec.errors import SpecErrors
+from k3gen.spec.errors import SpecError, SpecErrors
 
 CSRC = "k3kernels/csrc"  # under generated/
+BACKEND_HEADER = f"{CSRC}/k3_backend.h"
 
 
 @dataclass(frozen=True)
@@ -54,16 +59,9 @@ class Library:
 
 
 def request_for(p: FamilyPlan, arch: str, csrc: Path) -> BuildRequest:
-    """The request the generated wrapper's FamilyModule.request(arch) makes (tests/test_aot checks)."""
-    backend = backend_of(arch)
-    return BuildRequest(
-        p.name,
-        arch,
-        csrc,
-        tuple(kernel_sources(p, backend)),
-        tuple(kernel_headers(p, backend)),
-        tuple(p.arch_defines(arch)),
-    )
+    """The request the generated wrapper's FamilyModule.request(arch) makes: the same constructor over
+    the same tables (SOURCES, HEADERS and ARCH_DEFINES in the wrapper are these plan fields)."""
+    return BuildRequest.of(p.name, arch, csrc, p.sources, p.headers, p.defines)
 
 
 def libraries(plans: list[FamilyPlan], files: dict[str, str]) -> list[Library]:
@@ -133,3 +131,67 @@ def _included(files: dict[str, str], family: str, unit: str) -> tuple[str, ...]:
     """The generated headers a unit includes, transitively, relative to csrc/<family>/, sorted: the
     runtime's own walk (k3gen.runtime.variants), so a variant library's key is its unit key."""
     return included_headers(lambda rel: files.get(posixpath.normpath(f"{CSRC}/{rel}")), family, unit)
+
+
+# ---------------------------------------------------------------------- a tuning table's claims
+
+
+def identities(p: FamilyPlan, kernel_header: str, backend_header: str) -> dict[str, str]:
+    """What a table measures, per variant: the family's kernel code (rendered, before any picks),
+    its knobs, configs, buckets and shape, and the variant's parameters."""
+    t = p.tuning
+    meaning = {"family": p.name, "knobs": t.knobs, "configs": t.configs, "buckets": t.buckets, "shape": t.shape}
+    h = hashlib.sha256(json.dumps(meaning, sort_keys=True).encode())
+    for text in (kernel_header, backend_header):
+        h.update(b"\0" + text.encode())
+    out = {}
+    for v in p.variants:
+        hv = h.copy()
+        hv.update(b"\0" + json.dumps({"variant": v.name, **v.as_dict()}, sort_keys=True).encode())
+        out[v.name] = hv.hexdigest()
+    return out
+
+
+def settled_tuning(p: FamilyPlan, kernel_header: str, backend_header: str):
+    """The family's tuning with each pick checked against the code rendered now, or None."""
+    if p.tuning is None:
+        return None
+    return p.tuning.settled([v.name for v in p.variants], identities(p, kernel_header, backend_header))
+
+
+def settled_from(p: FamilyPlan, files: dict[str, str]):
+    """settled_tuning over a whole rendered tree (`files`: {path under generated/: text})."""
+    kernel = files.get(f"{CSRC}/{p.name}/{KERNEL_HEADER.format(name=p.name)}")
+    if p.tuning is None or kernel is None:
+        return p.tuning
+    return settled_tuning(p, kernel, files[BACKEND_HEADER])
+
+
+def untuned_notes(plans: list[FamilyPlan], files: dict[str, str]) -> list[SpecError]:
+    """One located line per family whose variants run the default config for want of a current pick."""
+    notes = []
+    for p in plans:
+        t = settled_from(p, files)
+        if t is not None and t.untuned:
+            line = p.located.line_of(("tuning",)) if p.located is not None else 1
+            notes.append(t.untuned_note(p.name, p.file, line, len(p.variants)))
+    return notes
+
+
+def tuner_data(p: FamilyPlan, current: dict[str, str], oracle_spec: dict) -> dict:
+    """What the GPU half (k3gen.tune.run) needs, from generated/ alone (no spec loader there)."""
+    t = p.tuning
+    return {
+        "format": FORMAT,
+        "family": p.name,
+        "spec": p.file,
+        "knobs": t.knobs,
+        "configs": t.configs,
+        "buckets": t.buckets,
+        "shape": t.shape,
+        "oracle": p.spec.oracle,
+        "oracle_spec": oracle_spec,
+        "routing": {r.backend: r.test_data for r in p.routing} if p.routing else {},
+        "cases": list(p.spec.tests.cases),
+        "variants": [{"name": v.name, "variant": v.as_dict(), "identity": current[v.name]} for v in p.variants],
+    }

@@ -1,6 +1,8 @@
-"""Render every output file of the plan into memory: {relative path under generated/: text}.
+"""Render every output file of the plans into memory: {relative path under generated/: text}.
 
-One function per output kind; templates get the plan (C++ spellings and keys already computed).
+One function per output kind. Templates get views of the plan with every value spelled
+(k3gen.render.views); render spells plan fields and checks the tuning table's claims against the
+code it renders (k3gen.render.keys), and resolves, parses or looks up nothing itself.
 """
 
 from __future__ import annotations
@@ -12,29 +14,14 @@ from pathlib import Path
 
 import jinja2
 
-from k3gen.plan import tuning
-from k3gen.plan.resolve import FamilyPlan
-from k3gen.render import docs, pyformat
+from k3gen.plan.family import KERNEL_HEADER, TU_EXT, FamilyPlan
+from k3gen.render import docs, keys, pyformat
 from k3gen.render.host_data import host_module_data
-from k3gen.render.limits_cpp import cpp_asserts
-from k3gen.render.spellings import (
-    cpp_constants,
-    dtype_bindings,
-    host_tensors,
-    matrix_text,
-    torch_dtype,
-    wrapper_signature,
-)
+from k3gen.render.python import host_tensors, torch_dtype, wrapper_signature
 from k3gen.render.test_data import oracle_spec, runner_test_data, test_module_data
-from k3gen.spec import escape, routing
-from k3gen.spec.bounds import KEY_BITS
+from k3gen.render.views import family_view, host_view, unit_view
+from k3gen.spec import escape
 from k3gen.spec.errors import SpecError, SpecErrors
-from k3gen.spec.meaning.contracts import DENSE_BF16
-
-# One kernel header serves both backends: k3_backend.h picks the primitives (warp width, shuffles,
-# scans, conversions) from the compiler's own macros; only the translation units differ per backend.
-KERNEL_HEADER = "{name}.cuh"
-TU_EXT = {"cuda": "cu", "hip": "hip"}
 
 
 def make_env(root: Path) -> jinja2.Environment:
@@ -57,17 +44,11 @@ def make_env(root: Path) -> jinja2.Environment:
         layout,
         spelled,
     )
-    env.globals["gate_values"] = lambda g: {n: pyformat.Name(n) for n in g.names}
+    env.globals["gate_values"] = lambda names: {n: pyformat.Name(n) for n in names}
     env.filters["wrap_lines"] = _wrap_lines
     env.filters["docstring"] = escape.docstring
     env.filters["comment"] = escape.one_line
     env.filters["md"] = escape.markdown
-    env.filters["tuple"] = tuple
-    env.filters["torch_dtype_of"] = torch_dtype
-    env.filters["py_raw"] = lambda xs: "[" + ", ".join(xs) + "]"  # a list of Python spellings
-    env.filters["prefix"] = lambda s, pre: f"{pre}{s}"
-    env.filters["index_in"] = lambda item, items: list(items).index(item)
-    env.filters["replace_axis"] = lambda name, axes: f"dtype_{name}" if name in axes else name
     return env
 
 
@@ -81,12 +62,11 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
         files[path] = text
 
     backend_header = _render(env, "common/k3_backend.h.j2", None)
-    put("k3kernels/csrc/k3_backend.h", backend_header)
+    put(keys.BACKEND_HEADER, backend_header)
     errors = []
-    families = {p.name: p for p in plans}
     for p in plans:
         try:
-            rendered = {**render_family(env, p, families, backend_header), **render_doc(env, p)}
+            rendered = {**render_family(env, p, backend_header), **render_doc(env, p)}
         except (jinja2.TemplateError, KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
             errors.append(located(p, exc, root))
             continue
@@ -94,7 +74,7 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
             put(path, text)
     if errors:  # every family that failed, each at its spec's `template:` line, naming the template line
         raise SpecErrors(errors)
-    put("k3kernels/__init__.py", _render(env, "common/package_init.py.j2", None, plans=plans))
+    put("k3kernels/__init__.py", _render(env, "common/package_init.py.j2", None, names=[p.name for p in plans]))
     put(
         "docs/README.md",
         _render(
@@ -106,26 +86,6 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
         ),
     )
     return files
-
-
-def settled_tuning(p: FamilyPlan, files: dict[str, str]):
-    """The family's tuning with each pick checked against the rendered code (k3gen.plan.tuning), or None."""
-    if p.tuning is None:
-        return None
-    kernel = files[f"k3kernels/csrc/{p.name}/{KERNEL_HEADER.format(name=p.name)}"]
-    current = tuning.identities(p, kernel, files["k3kernels/csrc/k3_backend.h"])
-    return p.tuning.settled([v.name for v in p.variants], current)
-
-
-def untuned_notes(plans: list[FamilyPlan], files: dict[str, str]) -> list[SpecError]:
-    """One located line per family whose variants run the default config for want of a current pick."""
-    notes = []
-    for p in plans:
-        t = settled_tuning(p, files)
-        if t is not None and t.untuned:
-            line = p.located.line_of(("tuning",)) if p.located is not None else 1
-            notes.append(t.untuned_note(p.name, p.file, line, len(p.variants)))
-    return notes
 
 
 def located(p: FamilyPlan, exc: Exception, root: Path) -> SpecError:
@@ -149,95 +109,62 @@ def located(p: FamilyPlan, exc: Exception, root: Path) -> SpecError:
     )
 
 
-def kernel_sources(p: FamilyPlan, backend: str) -> list[str]:
-    """Translation units of one family's module for one backend, relative to csrc/<family>/."""
-    ext = TU_EXT[backend]
-    return [f"{v.name}.{ext}" for v in p.variants] + [f"dispatch.{ext}"]
-
-
-def kernel_headers(p: FamilyPlan, backend: str) -> list[str]:
-    return [KERNEL_HEADER.format(name=p.name), f"{p.name}_abi.h", "../k3_backend.h"]
-
-
-def render_family(
-    env: jinja2.Environment, p: FamilyPlan, families: dict | None = None, backend_header: str | None = None
-) -> dict[str, str]:
-    """One family's files; `families` (by name) gives the runner table's test the contract's family;
-    `backend_header`: the rendered k3_backend.h (rendered here when not given)."""
+def render_family(env: jinja2.Environment, p: FamilyPlan, backend_header: str) -> dict[str, str]:
+    """One family's files; `backend_header`: the rendered k3_backend.h (what a tuning table measured)."""
     out = {}
     csrc = f"k3kernels/csrc/{p.name}"
-    resolved = p.backend_routing()
-    # tie_rank: the one tie order of templates from before per-backend routing, which `k3gen diff`
-    # still renders for older revs (whose specs give one order for every backend).
-    common = dict(
-        spec=p.spec,
-        constants=cpp_constants(p),
-        key_bits=KEY_BITS,
-        matrix_text=matrix_text(p),
-        routing=resolved,
-        routing_declared=routing.declares_routing(p.spec),
-        tie_rank=resolved[0].priority if resolved else None,
-        limit_asserts=cpp_asserts(p),
-    )
-    out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, p=p, **common)
+    fam = family_view(p)
+    out[f"{csrc}/{p.name}_abi.h"] = _render(env, "common/abi.h.j2", p, fam=fam)
     header = KERNEL_HEADER.format(name=p.name)
-    out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, p=p, **common)
+    out[f"{csrc}/{header}"] = _render(env, f"{p.spec.template}/kernel.cuh.j2", p, fam=fam)
     tuned = None
     if p.tuning is not None:  # what a tuning table measures: the kernel code, before any picks
-        if backend_header is None:
-            backend_header = _render(env, "common/k3_backend.h.j2", None)
-        tuned = settled_tuning(p, {**out, "k3kernels/csrc/k3_backend.h": backend_header})
-        routes = {r.backend: r.test_data() for r in resolved} if routing.declares_routing(p.spec) else {}
+        tuned = keys.settled_tuning(p, out[f"{csrc}/{header}"], backend_header)
         data = {
             "@generated": f"by k3gen from {p.file}; do not edit; run `k3gen build`",
-            **tuning.tuner_data(p, tuned.current, oracle_spec(p), routes),
+            **keys.tuner_data(p, tuned.current, oracle_spec(p)),
         }
         out[f"k3kernels/tuning/{p.name}.json"] = json.dumps(data, indent=1, sort_keys=True) + "\n"
     for backend in p.backends:
-        ctx = dict(common, backend=backend, kernel_header=header, tuned=tuned)
         for v in p.variants:
-            out[f"{csrc}/{v.name}.{TU_EXT[backend]}"] = _render(env, "common/variant.cu.j2", p, p=p, v=v, **ctx)
-        out[f"{csrc}/dispatch.{TU_EXT[backend]}"] = _render(env, "common/dispatch.cu.j2", p, p=p, **ctx)
+            unit = unit_view(p, v, backend, tuned)
+            out[f"{csrc}/{v.name}.{TU_EXT[backend]}"] = _render(
+                env, "common/variant.cu.j2", p, fam=fam, u=unit, kernel_header=header
+            )
+        out[f"{csrc}/dispatch.{TU_EXT[backend]}"] = _render(env, "common/dispatch.cu.j2", p, fam=fam)
     host = dict(
-        common,
-        sources={b: kernel_sources(p, b) for b in p.backends},
-        headers={b: kernel_headers(p, b) for b in p.backends},
         call=wrapper_signature(p),
         tensors=host_tensors(p),
-        dtype_bindings=dtype_bindings(p),
-        outputs=[n for n, t in p.spec.signature.tensors.items() if t.output],
+        outputs=[t.name for t in p.tensors if t.output],
         pointers=pointer_tensors(p),
+        **host_view(p),
     )
     host["fast_args"] = fast_path_args(p, host["pointers"], host["call"]["lists"]["names"])
-    host["data"] = host_module_data(p, host["sources"], host["headers"], host["pointers"], host["outputs"])
+    host["data"] = host_module_data(p, host["pointers"], host["outputs"])
     host["code"] = host_code(p, host)
     host["fast_call"] = tuple(pyformat.Name(n) for n in host["fast_args"])
-    out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, p=p, **host)
-    out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, p=p, spec=p.spec, data=test_module_data(p))
+    out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, fam=fam, **host)
+    out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, fam=fam, data=test_module_data(p))
     if p.runners:  # this family is the front of the runner table
         rows = [
             (r.name, tuple(r.archs), r.consumes, pyformat.Name(torch_dtype(r.activation_dtype)), r.summary)
             for r in p.runners
         ]
-        out["k3kernels/runners.py"] = _render(env, "common/runners.py.j2", p, p=p, rows=rows)
+        out["k3kernels/runners.py"] = _render(env, "common/runners.py.j2", p, fam=fam, rows=rows)
         imports = sorted(
             [f"from k3kernels import {p.name} as front", "from k3kernels import runners"],
             key=lambda line: line.split()[3],
         )
         out["tests/test_runners.py"] = _render(
-            env,
-            "common/test_runners.py.j2",
-            p,
-            p=p,
-            k3kernels_imports=imports,
-            data=runner_test_data(p, (families or {}).get(DENSE_BF16.family)),
+            env, "common/test_runners.py.j2", p, fam=fam, k3kernels_imports=imports, data=runner_test_data(p)
         )
     return out
 
 
 def render_doc(env: jinja2.Environment, p: FamilyPlan) -> dict[str, str]:
     """generated/docs/<family>.md; k3gen.render.docs computes its tables (the index: render_all)."""
-    return {f"docs/{p.name}.md": _render(env, "common/doc.md.j2", p, p=p, spec=p.spec, doc=docs.family_doc(p))}
+    fam = family_view(p)
+    return {f"docs/{p.name}.md": _render(env, "common/doc.md.j2", p, fam=fam, doc=docs.family_doc(p))}
 
 
 def _tuple(names: list[str]) -> str:
@@ -256,7 +183,7 @@ def host_code(p: FamilyPlan, host: dict) -> dict:
         "resolve_from_op": lists["resolve_from_op"],
         "op_from_call": lists["op_from_call"],
         "tensor_tuple": _tuple([t["name"] for t in host["tensors"]]),
-        "variant_tuple": _tuple([f"dtype_{k}" if k in axes else k for k in p.key_parts]),
+        "variant_tuple": _tuple([f"dtype_{k}" if k in axes else k for k in p.key.parts]),
         "dtype_list": "[" + ", ".join(f"dtype_{a}" for a in axes) + "]",
         "outputs_tuple": _tuple(host["outputs"]),
         "given": tuple(pyformat.Name(o) for o in host["outputs"]),

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import itertools
 
-from k3gen.plan.resolve import FamilyPlan
+from k3gen.plan.family import FamilyPlan
 from k3gen.render import pyformat
-from k3gen.render.spellings import torch_dtype, wrapper_signature
-from k3gen.spec import routing
-from k3gen.spec.exprs import parse_expr
-from k3gen.spec.scopes import shape_scope
+from k3gen.render.python import torch_dtype, wrapper_signature
 
 ROW = 16  # numbers per row of a table
 
@@ -48,8 +45,8 @@ def test_module_data(p: FamilyPlan) -> dict:
     tables: dict[str, list] = {}
     spec = _hoist(oracle_spec(p), tables)
     backends = None
-    if routing.declares_routing(p.spec):
-        backends = _hoist({r.backend: r.test_data() for r in p.backend_routing()}, tables)
+    if p.routing is not None:
+        backends = _hoist({r.backend: r.test_data for r in p.routing}, tables)
     rejects = [(name, p.gates[idx][0].source) for name, idx in p.spec.tests.rejects.items()]
     return {
         "tables": {name: pyformat.Call("testing.flat", _rows(v)) for name, v in tables.items()},
@@ -63,7 +60,7 @@ def test_module_data(p: FamilyPlan) -> dict:
         "CASES": list(p.spec.tests.cases),
         "EXCLUDED": [tuple(e) for e in p.excluded],
         "REJECTS": rejects,
-        "OP_ARGS": call["op_names"].split(", "),
+        "OP_ARGS": call["op_names"],
         "OP_DEFAULTS": call["op_defaults"],
         "INPUTS": call["inputs"],
         "DTYPE_ARGS": call["dtype_arg_outputs"],
@@ -89,25 +86,20 @@ def _rows(numbers: list) -> list[list]:
     return [numbers[i : i + ROW] for i in range(0, len(numbers), ROW)]
 
 
-def runner_test_data(p: FamilyPlan, producer: FamilyPlan | None) -> dict:
+def runner_test_data(p: FamilyPlan) -> dict:
     """What test_runners.py.j2 writes: the runner table and, while a runner consumes dense_bf16, the
-    call of the contract's family (`producer`) that its GPU test makes (specs/runners.yaml,
-    dense_bf16_check; k3gen.spec.meaning.contracts checked it at load)."""
+    call of the contract's family that its GPU test makes (specs/runners.yaml, dense_bf16_check;
+    k3gen.spec.meaning.contracts checked it at load, the plan computed its sizes)."""
     rows = [(r.name, list(r.archs), r.consumes, pyformat.Name(torch_dtype(r.activation_dtype))) for r in p.runners]
     act = [pyformat.Name(torch_dtype(d)) for d in p.spec.dtypes.axes["act"]]
-    check = p.dense_bf16_check
-    if producer is None or check is None:
+    call = p.dense_bf16_call
+    if call is None:
         return {"TABLE": rows, "ACT_DTYPES": act, "producer": None}
-    sig, scope = producer.spec.signature, shape_scope(producer.spec)
-
-    def shape(t) -> list[int]:
-        return [parse_expr(e, scope).value(check.dims) for e in t.shape]
-
     return {
         "TABLE": rows,
         "ACT_DTYPES": act,
-        "producer": producer.name,
-        "DENSE_BF16_INPUTS": {n: shape(t) for n, t in sig.tensors.items() if not t.output and not t.optional},
-        "DENSE_BF16_OUTPUTS": {n: shape(t) for n, t in sig.tensors.items() if t.output},
-        "DENSE_BF16_SCALARS": dict(check.scalars),
+        "producer": call.family,
+        "DENSE_BF16_INPUTS": call.inputs,
+        "DENSE_BF16_OUTPUTS": call.outputs,
+        "DENSE_BF16_SCALARS": call.scalars,
     }

@@ -18,7 +18,7 @@ import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from k3gen.plan.resolve import FamilyPlan, Specialization
+from k3gen.plan.family import FamilyPlan, Specialization
 from k3gen.render import keys as identity
 from k3gen.review.pricing import Price, Pricing, price
 from k3gen.ship import costs
@@ -289,11 +289,11 @@ def spec_changes(
 
 def _settled(p: FamilyPlan, files: dict[str, str] | None):
     """The family's tuning with its picks checked against its rendered code (k3gen.render)."""
-    from k3gen.render.render import settled_tuning
+    from k3gen.render.keys import settled_from
 
     if p.tuning is None or files is None:
         return p.tuning
-    return settled_tuning(p, files)
+    return settled_from(p, files)
 
 
 def _table(t) -> dict[str, str]:
@@ -700,8 +700,8 @@ def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = No
 
     import jinja2
 
-    from k3gen.plan.resolve import resolve_all
-    from k3gen.render.render import render_all
+    from k3gen.plan import resolve_all
+    from k3gen.render import render_all
     from k3gen.ship.tree import with_manifest
     from k3gen.spec.errors import SpecErrors, UnknownFamilyError
     from k3gen.spec.load import load_specs

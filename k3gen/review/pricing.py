@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from k3gen.plan.resolve import FamilyPlan
+from k3gen.plan.family import FamilyPlan
 from k3gen.render.keys import Library
 from k3gen.ship.costs import CostTable
 from k3gen.spec.errors import SpecError

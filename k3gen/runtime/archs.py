@@ -51,6 +51,7 @@ ARCHS: dict[str, Arch] = {
     )
 }
 BACKENDS = ("cuda", "hip")
+UNIT_EXT = {"cuda": "cu", "hip": "hip"}  # a translation unit's file extension per backend
 
 
 def known(backend: str | None = None) -> list[str]:

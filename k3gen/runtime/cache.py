@@ -33,8 +33,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import artifact, ninja
+from .archs import UNIT_EXT
+from .env import cache_root, jit_disabled, trusted_cache
 from .errors import K3BuildError, K3ToolchainMissing
 from .files import locked, read_bytes, write_if_changed
+from .jobs import default_jobs
 from .toolchain import (
     backend_of,
     compile_flags,
@@ -53,38 +56,6 @@ PREBUILT = "prebuilt"  # k3kernels/prebuilt/<family>/<arch>/: the libraries a `k
 PREBUILT_INDEX = "index.json"  # k3kernels/prebuilt/index.json: {"families": {family: [arch, ...]}}
 
 
-def cache_root() -> Path:
-    if d := os.environ.get("K3GEN_CACHE_DIR"):
-        return Path(d)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "k3gen"
-
-
-def trusted_cache(root: Path) -> Path:
-    """root, when no other user can write into it: the JIT cache holds libraries k3gen loads, so a
-    folder others may write (mode 777, or a shared group's) could hand this process their code.
-    K3BuildError (one line) otherwise; a folder not yet made is made by this user, so it is fine."""
-    import stat
-
-    try:
-        st = os.stat(root)
-    except FileNotFoundError:
-        return root
-    except OSError:
-        return root  # the build that needs it says what is wrong (K3BuildError naming the path)
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise K3BuildError(
-            f"k3gen: the JIT cache {root} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}), who "
-            f"could replace the libraries it loads; `chmod go-w {root}`, or point K3GEN_CACHE_DIR at a folder "
-            "only you can write"
-        )
-    return root
-
-
-def jit_disabled() -> bool:
-    return os.environ.get("K3GEN_NO_JIT", "").strip().lower() not in ("", "0", "false", "no")
-
-
 @dataclass(frozen=True)
 class BuildRequest:
     family: str
@@ -94,6 +65,13 @@ class BuildRequest:
     headers: tuple[str, ...]
     defines: tuple[str, ...]
     variant: str | None = None  # one variant's library (its unit alone); None: the whole family
+
+    @classmethod
+    def of(cls, family: str, arch: str, csrc: Path, sources: dict, headers: dict, defines: dict) -> BuildRequest:
+        """A family's library for one arch, from its tables (the generated wrapper's SOURCES, HEADERS
+        and ARCH_DEFINES; the generator's plan has the same): the one place a request is made."""
+        backend = backend_of(arch)
+        return cls(family, arch, csrc, tuple(sources[backend]), tuple(headers[backend]), tuple(defines[arch]))
 
     @property
     def entry_symbol(self) -> str:
@@ -142,7 +120,7 @@ class BuildRequest:
     def variant_request(self, variant: str) -> BuildRequest:
         """The library of one variant of this family: its unit alone, with the headers it includes, so
         its content key is the unit key of `k3gen list`."""
-        unit = f"{variant}.{'hip' if self.backend == 'hip' else 'cu'}"
+        unit = f"{variant}.{UNIT_EXT[self.backend]}"
         if unit not in self.sources:
             raise K3BuildError(f"k3gen: {self.family} has no variant {variant} for {self.arch}")
         headers = included_headers(lambda rel: _text_or_none(self.csrc / rel), self.family, unit)
@@ -328,7 +306,7 @@ def write_ninja(req: BuildRequest, build_dir: Path) -> Path:
 
 def _build(req: BuildRequest, build_dir: Path) -> None:
     write_ninja(req, build_dir)
-    proc = ninja.run(build_dir, ninja.default_jobs(len(req.sources), req.arch)[0], capture=True)
+    proc = ninja.run(build_dir, default_jobs(len(req.sources), req.arch)[0], capture=True)
     if proc.returncode != 0:
         output = proc.stdout + proc.stderr
         if missing := explain_failure(output, req.arch):  # one line instead of one raw message per unit

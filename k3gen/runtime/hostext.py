@@ -34,7 +34,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .cache import cache_root, jit_disabled, trusted_cache
+from .env import cache_root, jit_disabled, trusted_cache
 from .errors import K3BuildError
 from .files import Refused, locked, read_bytes, write_if_changed
 

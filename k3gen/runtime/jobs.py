@@ -15,6 +15,7 @@ import os
 import resource
 from pathlib import Path
 
+from .env import cache_root
 from .files import write_if_changed
 
 # bytes. nvcc 13.0 peaked at 0.19 GiB on the largest generated sm_90a units (2026-11-30,
@@ -24,8 +25,6 @@ PEAK_FILE = "compile_memory.json"
 
 
 def peak_path() -> Path:
-    from .cache import cache_root
-
     return cache_root() / PEAK_FILE
 
 

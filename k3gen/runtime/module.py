@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .archs import backend_of, of_capability
+from .archs import of_capability
 from .cache import PREBUILT, PREBUILT_INDEX, BuildRequest, ensure_any, ensure_built
 from .errors import K3BuildError, K3Error, K3UnsupportedError
 from .files import Refused, read_text, write_inside
@@ -81,15 +81,7 @@ class FamilyModule:
             self._warned = True
 
     def request(self, arch: str) -> BuildRequest:
-        backend = backend_of(arch)
-        return BuildRequest(
-            self.family,
-            arch,
-            self.csrc,
-            tuple(self.sources[backend]),
-            tuple(self.headers[backend]),
-            tuple(self.arch_defines[arch]),
-        )
+        return BuildRequest.of(self.family, arch, self.csrc, self.sources, self.headers, self.arch_defines)
 
     def _check_arch(self, arch: str | None) -> None:
         if arch in self.archs():

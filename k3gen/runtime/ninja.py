@@ -14,7 +14,6 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from .jobs import default_jobs  # noqa: F401  (re-exported: the one rule for -j)
 from .toolchain import find_ninja, launcher
 
 RULES = """ninja_required_version = 1.3

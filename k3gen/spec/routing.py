@@ -6,13 +6,13 @@ keys are ordered (`tie_order`) and which fp32 sigmoid scores go through (`sigmoi
 expands here: `wave64_lane_table` is aiter's wave64 traversal (KERNELS.md §3, issue 15). Everything is
 checked at load time, so a table or rule that is not a permutation of the experts is a located
 error. The plan hands templates only what this module computes: integers (per-expert priorities)
-and enum spellings (SIGMOID_CPP); no spec text reaches C++.
+and enum spellings; no spec text reaches C++. The plan resolves each backend's
+routing once (k3gen.plan.resolve).
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
@@ -22,12 +22,11 @@ from k3gen.spec.errors import FieldError
 BACKENDS = ("cuda", "hip")
 WAVE_LANES = 64
 MAX_EXPERTS = 65535  # tie priorities are a 16-bit field of the kernel's composite key
-# The formulas a spec may name, in words (docs) and as the C++ constant that selects them (device.cuh.j2).
+# The formulas a spec may name, in words (docs); k3gen.render.cpp spells the C++ constant of each.
 SIGMOIDS = {
     "expf": "`1 / (1 + expf(-x))`, torch.sigmoid's fp32 formula",
     "exp2": "`1 / (1 + exp2f(-log2e * x))` with log2e = 1.44269504088896340736f, aiter's formula",
 }
-SIGMOID_CPP = {"expf": "kSigmoidExpf", "exp2": "kSigmoidExp2"}
 
 
 class _Strict(BaseModel):
@@ -124,46 +123,10 @@ def _known_keys(mapping: dict, allowed: list[str], where: tuple) -> None:
             raise FieldError(f"unknown key '{key}'{hint}; allowed here: {', '.join(allowed)}", where + (key,))
 
 
-@dataclass(frozen=True)
-class BackendRouting:
-    """What one backend of a family compiles: its tie order (the spec's value and its expansion) and sigmoid."""
-
-    backend: str
-    tie_order: object  # the spec's value for this backend: "lowest_id", a list, or a TieRule
-    priority: list[int] | None  # per expert, lower wins a tie; None: the id itself (lowest_id)
-    sigmoid: str  # a key of SIGMOIDS
-
-    @property
-    def tie_kind(self) -> str:
-        """lowest_id, table, or the rule's name."""
-        order = self.tie_order
-        return order.rule if isinstance(order, TieRule) else ("table" if isinstance(order, list) else order)
-
-    @property
-    def sigmoid_cpp(self) -> str:
-        return SIGMOID_CPP[self.sigmoid]
-
-    def test_data(self) -> dict:
-        """What the generated tests pass the oracle: the tie order as the spec gives it, and the sigmoid."""
-        order = self.tie_order.model_dump() if isinstance(self.tie_order, TieRule) else self.tie_order
-        return {"tie_order": order, "sigmoid": self.sigmoid}
-
-
 def declares_routing(spec) -> bool:
     """Whether the spec says anything of ties or the sigmoid (the routing families do; the defaults
     mean nothing to the others, whose generated tests stay as they were)."""
     return bool({"tie_order", "sigmoid"} & spec.model_fields_set)
-
-
-def resolve(spec, backend: str) -> BackendRouting:
-    """The routing of one backend of a validated spec."""
-    order = _for_backend(spec.tie_order, backend)
-    return BackendRouting(
-        backend,
-        order,
-        expert_priorities(order, spec.constants.get("num_experts"), ("tie_order",)),
-        _for_backend(spec.sigmoid, backend),
-    )
 
 
 def check_routing(spec) -> None:
@@ -191,7 +154,7 @@ def check_routing(spec) -> None:
                     f"this spec has no {b} targets; remove `{b}` here or add {b} archs under targets", (field, b)
                 )
     for b in targeted:
-        order = _for_backend(spec.tie_order, b)
+        order = for_backend(spec.tie_order, b)
         where = ("tie_order", b) if isinstance(spec.tie_order, TieOrderPerBackend) else ("tie_order",)
         expert_priorities(order, spec.constants.get("num_experts"), where)
 
@@ -261,5 +224,6 @@ def wave64_traversal(rule: TieRule, num_experts: int, where: tuple) -> list[int]
     return [g * epg + i for lane in lanes for g in range(lane, groups, WAVE_LANES) for i in range(epg)]
 
 
-def _for_backend(value, backend: str):
+def for_backend(value, backend: str):
+    """A per-backend value's entry for `backend`, or the one value every backend shares."""
     return getattr(value, backend) if isinstance(value, (TieOrderPerBackend, SigmoidPerBackend)) else value

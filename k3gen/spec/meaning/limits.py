@@ -4,7 +4,7 @@ A spec edit can be legal YAML and a legal model and still ask a kernel for somet
 written for (a group size its shuffles cannot reduce, a dtype it has no conversion for). Each
 template states its limits beside itself; every spec naming the template is checked at load, each
 error naming the spec line and the limit's own file:line. The same limits become static_asserts in
-the template's launch() (k3gen/render/limits_cpp.py), a second line of defence for anything that bypasses load.
+the template's launch() (k3gen/render/cpp.py), a second line of defence for anything that bypasses load.
 
 limits.yaml, all sections optional; every rule needs `why`, shown in the error:
 
