@@ -361,3 +361,28 @@ def test_a_budget_is_strict(budget, message):
     assert spec is None
     line = len(text.splitlines())
     assert str(errors[0]).startswith(f'{SPEC_FILE}:{line} (kernel "situ_and_mul", {message}')
+
+
+def test_a_rev_that_keeps_its_k3gen_is_rendered_by_its_own_code(tmp_path: Path):
+    """REV with k3gen/ beside its specs renders in a child interpreter with REV's own code (so today's
+    code carries nothing for older templates): a file only REV's renderer writes shows as removed."""
+    import shutil
+
+    root = copy_project(tmp_path / "repo")
+    shutil.rmtree(root / "k3gen")
+    shutil.copytree(ROOT / "k3gen", root / "k3gen", ignore=shutil.ignore_patterns("__pycache__"))
+    render = root / "k3gen/render/render.py"
+    current = render.read_text()
+    marked = current.replace(
+        '    put("k3kernels/__init__.py",',
+        '    put("docs/REV_ONLY.md", "rendered by the code at REV\\n")\n    put("k3kernels/__init__.py",',
+    )
+    assert marked != current
+    render.write_text(marked)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "rev")
+    render.write_text(current)
+    report = diff_rev(root, "HEAD")
+    assert report.files_removed == ["generated/docs/REV_ONLY.md"]
+    assert not report.families and not report.files_added

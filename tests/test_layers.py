@@ -20,7 +20,7 @@ LAYERS = {
     "oracles": ({"oracles", "runtime"}, {"torch", "pytest", "k3kernels"}),  # k3kernels: the generated package
     "testing": ({"runtime"}, {"torch", "pytest"}),
     "spec": ({"spec", "runtime"}, {"pydantic", "yaml"}),
-    "plan": ({"plan", "spec", "runtime"}, set()),
+    "plan": ({"plan", "spec", "runtime", "tune"}, set()),  # tune: its table format alone (below)
     "render": ({"render", "plan", "spec", "runtime"}, {"jinja2"}),
     "ship": ({"ship", "render", "plan", "spec", "runtime"}, {"jinja2", "torch"}),
     "review": ({"review", "ship", "render", "plan", "spec", "runtime"}, {"jinja2"}),
@@ -80,6 +80,17 @@ def test_each_subpackage_imports_only_what_its_row_allows(layer):
                 assert layer_of(name) in allowed, f"{module} imports {name}: {layer} may import {sorted(allowed)}"
             else:
                 assert top in STDLIB or top in third, f"{module} imports {name}: {layer} may use {sorted(third)}"
+
+
+def test_the_plan_takes_only_the_table_format_of_tune_and_it_needs_nothing_else():
+    for module, path in modules().items():
+        if layer_of(module) == "plan":
+            assert {n for n in imports(path) if n.startswith("k3gen.tune")} <= {
+                "k3gen.tune.table",
+                "k3gen.tune.table.FORMAT",
+                "k3gen.tune.table.KEYS",
+            }, module
+    assert {n.split(".")[0] for n in imports(K3GEN / "tune/table.py")} <= STDLIB
 
 
 def test_every_module_is_in_a_row():

@@ -9,7 +9,6 @@ computed here: they hash what is compiled, the rendered sources (k3gen.render.ke
 
 from __future__ import annotations
 
-import itertools
 import math
 from pathlib import Path
 
@@ -37,19 +36,21 @@ from k3gen.spec.exprs import parse_expr
 from k3gen.spec.load import LoadedSpec
 from k3gen.spec.meaning.contracts import DENSE_BF16
 from k3gen.spec.meaning.limits import read_limits
-from k3gen.spec.model import KernelSpec
+from k3gen.spec.model import KernelSpec, variant_points
 from k3gen.spec.scopes import dim_scope, gate_scope, select_scope, shape_scope
 
 BACKENDS = ("cuda", "hip")
 PY_SCALAR = {"f32": "float", "i32": "int", "i64": "int"}  # Python annotation of a spec scalar type
 
 
-def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
-    """Every spec's plan; raise SpecErrors with every spec that cannot be resolved, located."""
+def resolve_all(loaded: list[LoadedSpec], root: Path, lenient_tables: bool = False) -> list[FamilyPlan]:
+    """Every spec's plan; raise SpecErrors with every spec that cannot be resolved, located.
+    lenient_tables: a tuning table this k3gen cannot read leaves its family without one (the review
+    of an older revision, whose tables may be of an older format), instead of an error."""
     plans, errors = [], []
     for ls in loaded:
         try:
-            plans.append(resolve_family(ls, root))
+            plans.append(resolve_family(ls, root, lenient_tables))
         except SpecErrors as exc:  # a tuning table that does not fit the spec (k3gen.plan.tuning)
             errors += exc.errors
         except (KeyError, ValueError, TypeError, IndexError) as exc:  # the loader's checks let it through
@@ -60,7 +61,8 @@ def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
                     "a rule k3gen.spec.rules lacks: report it with this spec",
                 )
             )
-    errors += tuning.check_tables(root, {ls.spec.kernel: ls.file for ls in loaded})
+    if not lenient_tables:
+        errors += tuning.check_tables(root, {ls.spec.kernel: ls.file for ls in loaded})
     if errors:
         raise SpecErrors(errors)
     _assert_unique_identities(plans)
@@ -71,11 +73,11 @@ def resolve_all(loaded: list[LoadedSpec], root: Path) -> list[FamilyPlan]:
     return plans
 
 
-def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
+def resolve_family(ls: LoadedSpec, root: Path, lenient_tables: bool = False) -> FamilyPlan:
     s = ls.spec
     axes = s.dtypes.axes
-    call_flags = [f for f, fl in s.flags.items() if fl.archs is None]
-    arch_flags = [f for f, fl in s.flags.items() if fl.archs is not None]
+    call_flags = s.call_flags
+    arch_flags = [f for f in s.flags if f not in call_flags]
     variants = _variants(s, call_flags)
     specs = []
     for backend in BACKENDS:
@@ -125,24 +127,16 @@ def resolve_family(ls: LoadedSpec, root: Path) -> FamilyPlan:
         },
         limits=read_limits(root, s.template)[0],
         located=ls.located,
-        tuning=tuning.read_table(s, ls.file, root, [v.name for v in variants]),
+        tuning=tuning.read_table(s, ls.file, root, [v.name for v in variants], lenient_tables),
         runners=list(runners),
         runners_file=ls.runners.file if ls.runners else "",
     )
 
 
 def _variants(s: KernelSpec, call_flags: list[str]) -> list[Variant]:
-    """The variant space: each generated cell × param values × call-time flags, with its switch key."""
-    axes, variants = s.dtypes.axes, []
-    param_values = [prm.values for prm in s.params.values()]
-    for cell, pvals, fvals in itertools.product(
-        s.dtypes.generated_cells(),
-        itertools.product(*param_values),
-        itertools.product((False, True), repeat=len(call_flags)),
-    ):
-        dtypes = dict(zip(axes, cell))
-        params = dict(zip(s.params, pvals))
-        flags = dict(zip(call_flags, fvals))
+    """A Variant of each point of the variant space (k3gen.spec.model.variant_points), with its switch key."""
+    variants = []
+    for dtypes, params, flags in variant_points(s.dtypes, s.params, call_flags):
         name = "__".join(
             [
                 s.kernel,
@@ -151,8 +145,8 @@ def _variants(s: KernelSpec, call_flags: list[str]) -> list[Variant]:
                 *(f"{f}_{'on' if b else 'off'}" for f, b in flags.items()),
             ]
         )
-        comps = [DTYPES[d].code for d in cell] + [s.params[p].values.index(v) for p, v in params.items()]
-        comps += [int(b) for b in fvals]
+        comps = [DTYPES[d].code for d in dtypes.values()] + [s.params[p].values.index(v) for p, v in params.items()]
+        comps += [int(b) for b in flags.values()]
         key = sum(c << (KEY_BITS * i) for i, c in enumerate(comps))
         chosen = {**dtypes, **params}
         fast = s.fast_math is not None and all(chosen[k] in vs for k, vs in s.fast_math.when.items())

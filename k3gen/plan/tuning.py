@@ -26,11 +26,10 @@ from k3gen.runtime.files import Refused, read_text
 from k3gen.spec.bounds import MAX_TABLE_BYTES, MAX_TABLE_NODES
 from k3gen.spec.errors import SpecError, SpecErrors
 from k3gen.spec.yaml_lines import LocatedData, parse_yaml
+from k3gen.tune.table import FORMAT, KEYS  # the format's one home: its writer is beside them
 
 TABLE_DIR = "specs/tuning"
 DEVICE = re.compile(r"[a-z0-9_]{1,64}")  # the device part of a table's file name (k3gen.tune.run.device_slug)
-FORMAT = 2
-KEYS = ("format", "family", "device", "provenance", "knobs", "buckets", "picks", "discarded")
 NO_TABLE, NO_PICK, STALE = "no table", "no pick", "stale"
 
 
@@ -53,6 +52,7 @@ class Tuning:
     located: LocatedData | None = None
     untuned: dict = field(default_factory=dict)  # after settled(): variant -> why it runs the default
     current: dict = field(default_factory=dict)  # after settled(): variant -> its identity now
+    unreadable: str = ""  # read leniently (an older revision's table): the file this k3gen could not read
 
     def bucket_configs(self, variant: str) -> list[int]:
         """The config of each bucket for one variant: the table's picks, else the default."""
@@ -130,11 +130,23 @@ def tables_of(root: Path, family: str) -> list[Path]:
     return sorted((Path(root) / TABLE_DIR).glob(f"{family}.*.yaml"))
 
 
-def read_table(spec, file: str, root: Path, variant_names: list[str]) -> Tuning | None:
+def read_table(spec, file: str, root: Path, variant_names: list[str], lenient: bool = False) -> Tuning | None:
     """The family's tunables with what its table says, if it has one; raises SpecErrors when the
-    table is not one (the picks' identities are checked later, against the rendered code: settled)."""
+    table is not one (the picks' identities are checked later, against the rendered code: settled).
+    lenient: such a table is left out instead (`unreadable` names it)."""
     if spec.tuning is None:
         return None
+    try:
+        return _read_table_file(spec, file, root, variant_names)
+    except SpecErrors as exc:
+        if not lenient:
+            raise
+        shape = {d: max(sizes) for d, sizes in spec.tests.dims.items() if d != "M"}
+        base = Tuning(list(spec.tuning.knobs), configs_of(spec), list(spec.tuning.buckets), shape)
+        return replace(base, unreadable=exc.errors[0].file)
+
+
+def _read_table_file(spec, file: str, root: Path, variant_names: list[str]) -> Tuning:
     shape = {d: max(sizes) for d, sizes in spec.tests.dims.items() if d != "M"}
     base = Tuning(list(spec.tuning.knobs), configs_of(spec), list(spec.tuning.buckets), shape)
     tables = tables_of(root, spec.kernel)

@@ -15,7 +15,7 @@ from k3gen.plan.family import BackendRouting, FamilyPlan
 from k3gen.render.python import wrapper_signature
 from k3gen.render.support import COMPILED, DECLARED, HIP_NOT_COMPILED_WHY, RUN, RUN_ON_GPU, arch_state
 from k3gen.runtime.dtypes import DTYPES
-from k3gen.spec.escape import one_line
+from k3gen.spec.escape import markdown
 from k3gen.spec.routing import SIGMOIDS, WAVE_LANES
 
 
@@ -27,11 +27,6 @@ class Table:
     rows: list[list[str]]
 
 
-def cell(text) -> str:
-    """Text safe inside a Markdown table cell: pipes escaped, one line."""
-    return " ".join(one_line(text).split()).replace("|", "\\|")
-
-
 def code(text) -> str:
     """Inline code, with a longer fence when the text itself holds a backtick."""
     text = str(text)
@@ -41,7 +36,7 @@ def code(text) -> str:
 
 
 def _table(header, rows) -> Table:
-    return Table([cell(h) for h in header], [[cell(c) for c in r] for r in rows])
+    return Table([markdown(h) for h in header], [[markdown(c) for c in r] for r in rows])
 
 
 def _status(p: FamilyPlan, values: tuple) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import subprocess
+import sys
 import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,9 +23,11 @@ from k3gen.plan.family import FamilyPlan, Specialization
 from k3gen.render import keys as identity
 from k3gen.review.pricing import Price, Pricing, price
 from k3gen.ship import costs
+from k3gen.spec.escape import markdown
 
-# What a rev must provide to be rendered: the specs, the templates, the oracles the loader checks.
-EXPORTED = ("specs", "templates", "k3gen/oracles")
+# What a rev must provide to be rendered: the specs, the templates, and its k3gen (whose oracles the
+# loader checks and whose renderer renders REV).
+EXPORTED = ("specs", "templates", "k3gen")
 TU_SUFFIXES = (".cu", ".hip")
 
 
@@ -287,6 +290,23 @@ def spec_changes(
     return out
 
 
+def _folded(changes: list[Change], most: int = 3) -> list[Change]:
+    """For the text and markdown reports: changes of one kind that say the same thing (old → new) of
+    many names, as one naming the first `most` and how many more (54 variants going untuned read as
+    one line; --format json keeps every change)."""
+    groups: dict[tuple, list[Change]] = {}
+    for c in changes:
+        groups.setdefault((c.kind, c.old, c.new), []).append(c)
+    out = []
+    for (kind, old, new), cs in groups.items():
+        if len(cs) <= most:
+            out += cs
+            continue
+        names = ", ".join(c.name for c in cs[:most])
+        out.append(Change(kind, f"{len(cs)} variants ({names} and {len(cs) - most} more)", old, new))
+    return out
+
+
 def _settled(p: FamilyPlan, files: dict[str, str] | None):
     """The family's tuning with its picks checked against its rendered code (k3gen.render)."""
     from k3gen.render.keys import settled_from
@@ -510,7 +530,7 @@ def format_text(r: DiffReport, verbose: bool = False) -> str:
             for cell, variants, archs, n in grouped(refs):
                 detail = f" [{'; '.join(variants)}]" if variants else ""
                 lines.append(f"  {sign} {cell}{detail} on {', '.join(archs)}: {n} specialization{'s' * (n != 1)}")
-        for c in f.changes:
+        for c in _folded(f.changes):
             lines.append(f"  {_change_text(c)}")
         libs = [c for c in r.libraries if c.family == f.family]
         if libs:
@@ -534,10 +554,6 @@ def format_text(r: DiffReport, verbose: bool = False) -> str:
     for sign, files in (("A", r.files_added), ("D", r.files_removed), ("M", r.files_changed)):
         lines += [f"  {sign} {p}" for p in files]
     return "\n".join(lines) + "\n"
-
-
-def _md(text) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def format_markdown(r: DiffReport) -> str:
@@ -570,26 +586,25 @@ def format_markdown(r: DiffReport) -> str:
             "| " + " | ".join(PRICE_HEADER) + " |",
             "|" + " --- |" * len(PRICE_HEADER),
         ]
-        out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows] + [""]
+        out += ["| " + " | ".join(markdown(c) for c in row) + " |" for row in rows] + [""]
     if r.over_budget:
         out += ["**Over budget** (`k3gen diff --check-budget` and `k3gen check` fail):", ""]
-        out += [f"- {_md(e)}" for e in r.over_budget] + [""]
+        out += [f"- {markdown(e)}" for e in r.over_budget] + [""]
     for f in r.families:
         out += [f"#### `{f.family}`", ""]
         if f.added or f.removed:
             out += ["| change | dtype cell | variants | archs | specializations |", "| --- | --- | --- | --- | --- |"]
             for sign, refs in (("added", f.added), ("removed", f.removed)):
                 for cell, variants, archs, n in grouped(refs):
-                    out.append(
-                        f"| {sign} | {_md(cell)} | {_md('; '.join(variants) or '—')} | {', '.join(archs)} | {n} |"
-                    )
+                    shown = markdown("; ".join(variants) or "—")
+                    out.append(f"| {sign} | {markdown(cell)} | {shown} | {', '.join(archs)} | {n} |")
             out.append("")
         if f.changes:
             out += ["| what | name | old | new |", "| --- | --- | --- | --- |"]
             out += [
-                f"| {c.kind} | `{_md(c.name)}` | {_md(c.old) if c.old is not None else '—'} | "
-                f"{_md(c.new) if c.new is not None else '—'} |"
-                for c in f.changes
+                f"| {c.kind} | `{markdown(c.name)}` | {markdown(c.old) if c.old is not None else '—'} | "
+                f"{markdown(c.new) if c.new is not None else '—'} |"
+                for c in _folded(f.changes)
             ]
             out.append("")
         prices = r.pricing.families.get(f.family, {}) if r.pricing else {}
@@ -687,24 +702,75 @@ def export_rev(root: Path, rev: str, dest: Path) -> tuple[Path, str]:
     return dest / prefix, short
 
 
-def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = None) -> DiffReport:
-    """Render rev (default: default_rev) and the work tree with this k3gen; compare them, priced by
-    the work tree's compile-cost table (k3gen.ship.costs.TABLE). `families`: report only these.
+# Run in a child interpreter whose k3gen is REV's own (exported beside its specs and templates): it
+# renders REV as REV's code did, so today's code carries no knowledge of older templates. Import paths
+# of both layouts: the stage folders, and the flat modules before them.
+_RENDER_REV = r"""
+import json, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+sys.path.insert(0, str(root))
+try:
+    from k3gen.spec import SpecErrors, load_specs
+    from k3gen.plan import resolve_all
+    from k3gen.render import render_all
+except ImportError:  # a revision from before the stage folders
+    from k3gen.errors import SpecErrors
+    from k3gen.load import load_specs
+    from k3gen.plan import resolve_all
+    from k3gen.render import render_all
+try:
+    files = render_all(resolve_all(load_specs(root), root), root)
+except SpecErrors as exc:
+    print(json.dumps({"errors": [str(e) for e in exc.errors]}))
+else:
+    print(json.dumps({"files": files}))
+"""
 
+
+def render_rev(old_root: Path, short: str) -> dict[str, str]:
+    """The files REV's own k3gen renders from REV's specs and templates (a child interpreter)."""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(old_root), "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _RENDER_REV, str(old_root)],
+            cwd=old_root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        out = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        out = None
+    if not isinstance(out, dict) or not isinstance(out.get("files", out.get("errors")), (dict, list)):
+        tail = ascii((done.stderr or "")[-300:])[1:-1] if "done" in locals() else ""
+        raise DiffError(f"k3gen diff: the k3gen of {short} could not render {short}'s specs ({tail})")
+    if "errors" in out:
+        raise DiffError(f"k3gen diff: {short} does not render with its own k3gen: " + "; ".join(out["errors"][:3]))
+    return out["files"]
+
+
+def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = None) -> DiffReport:
+    """Compare REV (default: default_rev) with the work tree, priced by the work tree's compile-cost
+    table (k3gen.ship.costs.TABLE). `families`: report only these.
+
+    Each side is rendered by its own code: the work tree by this k3gen, REV by REV's k3gen in a child
+    interpreter (render_rev). Both sides' specs are read by this k3gen's loader, which reads every
+    older spec (REV's tuning tables leniently: a table of an older format is left out, and said).
     Raises SpecErrors (files named `REV:specs/x.yaml` for rev's), UnknownFamilyError, CostTableError
     and DiffError.
     """
-    import shutil
     import tempfile
     from dataclasses import replace
-
-    import jinja2
 
     from k3gen.plan import resolve_all
     from k3gen.render import render_all
     from k3gen.ship.tree import with_manifest
-    from k3gen.spec.errors import SpecErrors, UnknownFamilyError
-    from k3gen.spec.load import load_specs
+    from k3gen.spec import SpecErrors, load_specs
+    from k3gen.spec.errors import UnknownFamilyError
 
     root = Path(root)
     how = "rev"
@@ -715,28 +781,18 @@ def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = No
     table = costs.load(root / costs.TABLE, root=root)
     with tempfile.TemporaryDirectory(prefix="k3gen-diff-") as tmp:
         old_root, short = export_rev(root, rev, Path(tmp))
-        # Templates added since rev (e.g. a new output kind) come from the work tree, so this
-        # k3gen can render rev at all; the report says which.
-        borrowed = []
-        for path in sorted((root / "templates").rglob("*")):
-            twin = old_root / path.relative_to(root)
-            if path.is_file() and not twin.exists():
-                twin.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(path, twin)
-                borrowed.append(path.relative_to(root / "templates").as_posix())
         # Oracles are read at load, never rendered: one from before SUPPORTED declarations (a rev
-        # older than k3gen/spec/meaning/oracle_support.py) is checked in its work-tree form, which renders nothing else.
+        # older than k3gen/spec/meaning/oracle_support.py) is checked in its work-tree form.
         undeclared = _borrow_undeclared_oracles(root, old_root)
+        borrowed = [] if _own_code(old_root) else _borrow_new_templates(root, old_root)
         try:
-            old_plans = resolve_all(load_specs(old_root), old_root)
+            old_plans = resolve_all(load_specs(old_root), old_root, lenient_tables=True)
+            # REV's own k3gen renders REV; a project whose k3gen is installed, not kept beside its
+            # specs, has only this one (then templates REV lacks come from the work tree).
+            rendered = render_rev(old_root, short) if _own_code(old_root) else render_all(old_plans, old_root)
         except SpecErrors as exc:
             raise SpecErrors([replace(e, file=f"{short}:{e.file}") for e in exc.errors]) from None
-        try:
-            old_files = with_manifest(render_all(old_plans, old_root))
-        except SpecErrors as exc:  # a located render error: a template at rev this k3gen cannot render
-            raise SpecErrors([replace(e, file=f"{short}:{e.file}") for e in exc.errors]) from None
-        except jinja2.TemplateError as exc:
-            raise DiffError(f"k3gen diff: the templates at {short} do not render with this k3gen: {exc}") from None
+        old_files = with_manifest(rendered)
     if families:
         known = sorted({p.name for p in (*old_plans, *new_plans)})
         UnknownFamilyError.check(families, known)
@@ -747,6 +803,11 @@ def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = No
         if undeclared
         else []
     )
+    notes += [
+        f"{p.tuning.unreadable} at {short} is not a tuning table this k3gen reads: its picks are not compared"
+        for p in old_plans
+        if p.tuning is not None and p.tuning.unreadable
+    ]
     return compare(
         old_plans,
         new_plans,
@@ -758,6 +819,26 @@ def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = No
         table=table,
         only=set(families) if families else None,
     )
+
+
+def _own_code(old_root: Path) -> bool:
+    """Whether REV keeps its k3gen beside its specs (this project does; a user's may install it)."""
+    return (old_root / "k3gen" / "__init__.py").is_file() and (old_root / "k3gen" / "cli.py").is_file()
+
+
+def _borrow_new_templates(root: Path, old_root: Path) -> list[str]:
+    """For a REV rendered by this k3gen: copy the work tree's templates REV lacks (a new output kind),
+    so that REV renders at all; their names, for the report."""
+    import shutil
+
+    borrowed = []
+    for path in sorted((root / "templates").rglob("*")):
+        twin = old_root / path.relative_to(root)
+        if path.is_file() and not twin.exists():
+            twin.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, twin)
+            borrowed.append(path.relative_to(root / "templates").as_posix())
+    return borrowed
 
 
 def _borrow_undeclared_oracles(root: Path, old_root: Path) -> list[str]:

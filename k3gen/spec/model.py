@@ -8,6 +8,7 @@ error can point at the exact YAML line below the field.
 from __future__ import annotations
 
 import difflib
+import itertools
 import math
 from typing import Annotated, Literal
 
@@ -263,8 +264,6 @@ class DtypeMatrix(SpecModel):
                     )
 
     def generated_cells(self) -> list[tuple[str, ...]]:
-        import itertools
-
         excluded = {tuple(c.get(a) for a in self.axes) for c in self.exclude}
         return [c for c in itertools.product(*self.axes.values()) if c not in excluded]
 
@@ -607,7 +606,28 @@ class KernelSpec(SpecModel):
 
     @property
     def call_flags(self) -> list[str]:
-        return [f for f, fl in self.flags.items() if fl.archs is None]
+        return call_flags(self.flags)
+
+
+def call_flags(flags: dict) -> list[str]:
+    """The flags chosen per call, in key order (the others are chosen per arch)."""
+    return [f for f, fl in flags.items() if fl.archs is None]
+
+
+def param_points(params: dict):
+    """Each combination of param values, as {param: value}, in the order the plan enumerates them."""
+    for values in itertools.product(*(p.values for p in params.values())):
+        yield dict(zip(params, values))
+
+
+def variant_points(dtypes: DtypeMatrix, params: dict, flags: list[str] = ()):
+    """The variant space, the one enumeration of it: each generated cell × param values × call-time
+    flags, as (dtypes, params, flags) dicts; the plan makes a Variant of each, the load-time checks
+    decide theirs over them."""
+    for cell in dtypes.generated_cells():
+        for chosen in param_points(params):
+            for on in itertools.product((False, True), repeat=len(flags)):
+                yield dict(zip(dtypes.axes, cell)), chosen, dict(zip(flags, on))
 
 
 # What a runner consumes, and the activation dtype that implies.

@@ -15,7 +15,7 @@ from k3gen.spec import grammar
 from k3gen.spec.bounds import KEY_FIELDS, MAX_FILE_NAME, MAX_VARIANTS
 from k3gen.spec.errors import FieldError
 from k3gen.spec.exprs import ExprError, parse_expr
-from k3gen.spec.model import _suggest
+from k3gen.spec.model import _suggest, call_flags
 from k3gen.spec.routing import check_routing
 from k3gen.spec.scopes import dim_scope, gate_scope, select_scope, shape_scope
 
@@ -52,15 +52,15 @@ def _bounded_matrix(s):
     """Count the variants before anything expands them."""
     cells = len(s.dtypes.generated_cells())
     per_cell = math.prod(len(p.values) for p in s.params.values())
-    call_flags = [f for f, fl in s.flags.items() if fl.archs is None]
-    variants = cells * per_cell * 2 ** len(call_flags)
-    fields = len(s.dtypes.axes) + len(s.params) + len(call_flags)
-    where = ("flags",) if call_flags else ("params",) if s.params else ("dtypes",)
+    flags = call_flags(s.flags)
+    variants = cells * per_cell * 2 ** len(flags)
+    fields = len(s.dtypes.axes) + len(s.params) + len(flags)
+    where = ("flags",) if flags else ("params",) if s.params else ("dtypes",)
     if variants > MAX_VARIANTS:
         yield (
             where,
             (
-                f"{cells} dtype cells x {per_cell} param combinations x 2^{len(call_flags)} call-time flags = "
+                f"{cells} dtype cells x {per_cell} param combinations x 2^{len(flags)} call-time flags = "
                 f"{variants} variants; a family has at most {MAX_VARIANTS} (bounds.MAX_VARIANTS): split it"
             ),
         )
@@ -76,7 +76,7 @@ def _file_names(s):
     """A variant's name is a file name: keep it under what filesystems allow."""
     longest = len(s.kernel) + sum(3 + len(a) + max(len(d) for d in ds) for a, ds in s.dtypes.axes.items())
     longest += sum(3 + len(p) + max(len(str(v)) for v in prm.values) for p, prm in s.params.items())
-    longest += sum(6 + len(f) for f, fl in s.flags.items() if fl.archs is None)
+    longest += sum(6 + len(f) for f in call_flags(s.flags))
     if longest + 12 > MAX_FILE_NAME:
         yield (
             (),

@@ -7,6 +7,7 @@ error at load time, and the plan renders the very same resolution.
 from __future__ import annotations
 
 from k3gen.spec.exprs import Name, Scope, constant
+from k3gen.spec.model import call_flags
 
 _SCALAR_TYPES = {"f32": "float", "i32": "int", "i64": "int"}
 
@@ -24,7 +25,7 @@ def _int_params(s) -> dict[str, Name]:
 
 
 def _flags(s) -> dict[str, Name]:
-    return {f: Name("bool", f, None) for f, fl in getattr(s, "flags", {}).items() if fl.archs is None}
+    return {f: Name("bool", f, None) for f in call_flags(getattr(s, "flags", {}))}
 
 
 def _ranks(s) -> dict[str, int]:

@@ -32,6 +32,7 @@ import zlib
 from pathlib import Path
 
 from k3gen.runtime.files import write_if_changed
+from k3gen.tune import table
 
 ROOT = Path(__file__).resolve().parents[2]  # the project: k3gen/tune/run.py
 GENERATED = ROOT / "generated"
@@ -207,7 +208,6 @@ def render_table(result: dict, device: str) -> str:
     import torch
 
     data = result["data"]
-    j = lambda v: json.dumps(v, sort_keys=True)  # noqa: E731
     provenance = {
         "device": device,
         "arch": result["arch"],
@@ -222,29 +222,7 @@ def render_table(result: dict, device: str) -> str:
         "calls_per_graph": CALLS_PER_GRAPH,
         "seconds": result["seconds"],
     }
-    lines = [
-        f"# Tuning table of {data['family']} on {device}, written by `k3gen tune --family {data['family']}`.",
-        "# Review it like a spec: `k3gen build` checks it against " + data["spec"] + " and compiles one",
-        "# config per variant and bucket of M into the variant units. A variant's identity is what was",
-        "# measured (kernel code, knobs, shape, the variant); where it is no longer current, or a variant",
-        "# has no entry, that variant runs the spec's default config until this table is retuned.",
-        "# A row: the bucket's bound M (timed there), the pick and its us per call, the runner-up and",
-        "# margin = runner-up us / pick us - 1 (negative: faster, but not by --min-gain over the default).",
-        f"format: {data['format']}",
-        f"family: {data['family']}",
-        f"device: {j(device)}",
-        f"provenance: {j(provenance)}",
-        f"knobs: {j(data['knobs'])}",
-        f"buckets: {j(data['buckets'])}",
-        "picks:",
-    ]
-    measured = {v["name"]: v["identity"] for v in data["variants"]}
-    for name, rows in result["picks"].items():
-        lines += [f"  {name}:", f"    identity: {j(measured[name])}", "    rows:"]
-        lines += [f"      - {j(row)}" for row in rows]
-    lines.append("discarded:" + ("" if result["discarded"] else " []"))
-    lines += [f"  - {j(d)}" for d in result["discarded"]]
-    return "\n".join(lines) + "\n"
+    return table.write(data, result["picks"], result["discarded"], device, provenance)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,11 +15,11 @@ Both files and lines are named.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 from k3gen.spec.errors import SpecError
 from k3gen.spec.exprs import ExprError, parse_expr
+from k3gen.spec.model import param_points
 from k3gen.spec.scopes import gate_scope
 
 
@@ -363,11 +363,10 @@ def _same_math(ls, c: DenseBf16Contract, runner_at: str) -> list[SpecError]:
     fm = ls.spec.fast_math
     if fm is None:
         return []
-    params = ls.spec.params
-    for pvals in itertools.product(*(p.values for p in params.values())):
+    for params in param_points(ls.spec.params):
         fast = {}
         for src, dst in c.cells:
-            chosen = {c.source: src, c.target: dst, **dict(zip(params, pvals))}
+            chosen = {c.source: src, c.target: dst, **params}
             fast[(src, dst)] = all(chosen.get(k) in vs for k, vs in fm.when.items())
         if len(set(fast.values())) > 1:
             approx = [f"({s}, {d})" for (s, d), f in fast.items() if f]

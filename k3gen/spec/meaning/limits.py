@@ -24,7 +24,6 @@ same code twice. Constants it does not list are free (gates may use them).
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from k3gen.runtime.files import Refused, read_text
 from k3gen.spec.bounds import MAX_SOURCE_BYTES
 from k3gen.spec.errors import SpecError
 from k3gen.spec.exprs import Expr, ExprError, Name, Scope, parse_expr
+from k3gen.spec.model import variant_points
 from k3gen.spec.paths import plain_file_inside
 from k3gen.spec.yaml_lines import LocatedData, parse_yaml
 
@@ -307,7 +307,7 @@ def check_spec(ls, limits: TemplateLimits) -> list[SpecError]:
             if not rule.allows(value):
                 beyond(("params", name, "values", i), f"{name} {_shown(value)}", rule)
     errors += _unread(ls, limits, "params", "param", s.params, ("params",))
-    call_flags = {f: fl for f, fl in s.flags.items() if fl.archs is None}
+    call_flags = {f: s.flags[f] for f in s.call_flags}
     for name, rule in limits.section("flags").items():
         if name not in s.flags:
             errors.append(
@@ -465,11 +465,8 @@ def _check_relations(ls, limits: TemplateLimits) -> list[SpecError]:
 
 def _variant_values(s):
     """Name -> value of constants, params and vec, for each generated (cell, params) pair."""
-    axes = list(s.dtypes.axes)
-    for cell in s.dtypes.generated_cells():
-        dtypes = dict(zip(axes, cell))
-        for pvals in itertools.product(*(p.values for p in s.params.values())):
-            yield {**s.constants, **dict(zip(s.params, pvals)), "vec": s.vector.elements_for(dtypes)}
+    for dtypes, params, _ in variant_points(s.dtypes, s.params):
+        yield {**s.constants, **params, "vec": s.vector.elements_for(dtypes)}
 
 
 def _number(value) -> bool:

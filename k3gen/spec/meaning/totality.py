@@ -16,6 +16,7 @@ import itertools
 
 from k3gen.spec.errors import SpecError
 from k3gen.spec.exprs import ExprError, parse_expr
+from k3gen.spec.model import variant_points
 from k3gen.spec.scopes import gate_scope
 
 SHOWN_VARIANTS = 3  # how many refused variants an error spells out
@@ -85,22 +86,18 @@ def _test_dims(ls) -> list[SpecError]:
         return errors
     combos = [dict(zip(sizes, c)) for c in itertools.product(*sizes.values())]
     gates = _parsed_gates(s)
-    axes = list(s.dtypes.axes)
     refused: dict[int, dict[str, list[str]]] = {}  # gate -> refused dims (as text) -> variant labels
-    for cell in s.dtypes.generated_cells():
-        dtypes = dict(zip(axes, cell))
-        for pvals in itertools.product(*(p.values for p in s.params.values())):
-            params = dict(zip(s.params, pvals))
-            known = {**params, "vec": s.vector.elements_for(dtypes)}
-            label = ", ".join([*(f"{a}={d}" for a, d in dtypes.items()), *(f"{p}={v}" for p, v in params.items())])
-            for i, gate in gates.items():
-                read = [d for d in gate.reads if d in sizes]
-                for dims in combos:
-                    if gate.decide({**known, **dims}) is False:
-                        shown = ", ".join(f"{d} = {dims[d]}" for d in read) or "every size"
-                        refused.setdefault(i, {}).setdefault(shown, [])
-                        if label not in refused[i][shown]:
-                            refused[i][shown].append(label)
+    for dtypes, params, _ in variant_points(s.dtypes, s.params):
+        known = {**params, "vec": s.vector.elements_for(dtypes)}
+        label = ", ".join([*(f"{a}={d}" for a, d in dtypes.items()), *(f"{p}={v}" for p, v in params.items())])
+        for i, gate in gates.items():
+            read = [d for d in gate.reads if d in sizes]
+            for dims in combos:
+                if gate.decide({**known, **dims}) is False:
+                    shown = ", ".join(f"{d} = {dims[d]}" for d in read) or "every size"
+                    refused.setdefault(i, {}).setdefault(shown, [])
+                    if label not in refused[i][shown]:
+                        refused[i][shown].append(label)
     for i, by_dims in refused.items():
         gate = s.gates[i]
         read = [d for d in gates[i].reads if d in sizes]
