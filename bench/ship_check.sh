@@ -48,8 +48,8 @@ else  # no venv module, or torch lives in another venv: a target folder on PYTHO
   python3 -m pip install -q --no-deps --no-index --target "$SITE" "$WHEEL" >> "$LOGS/install.log" 2>&1
 fi
 say "installed into $SITE: $(ls "$SITE" | grep -E '^k3' | paste -sd' ')"
-cp -r "$ROOT/k3gen/oracles" "$SITE/k3gen/oracles"  # test support, which the wheel does not ship:
-cp "$ROOT/k3gen/dtypes.py" "$ROOT/k3gen/testing.py" "$SITE/k3gen/"  # the oracles' dtypes, the tests' helpers
+cp -r "$ROOT/k3gen/oracles" "$SITE/k3gen/oracles"  # test support, which the wheel does not ship: the
+# oracles and the generated tests' helpers (k3gen/oracles/testing.py), over the wheel's runtime
 mkdir -p "$W/run" "$W/empty-cache"; cp -r "$ROOT/generated/tests" "$W/run/tests"
 NOCC_PATH=$(echo "$PATH" | tr ':' '\n' | while read -r d; do [ -x "$d/nvcc" ] || echo "$d"; done | paste -sd:)
 serve() {  # run "$@" as a serving machine would: no compiler, no JIT, nothing cached

@@ -134,13 +134,13 @@ FP8_EXCLUSIONS = _exclude(
     ("fp8", "fp32", "a widening output doubles write traffic; no consumer asks for it"),
 )
 CONTRACT = (
-    'KERNELS.md "Runners": bf16 of the fp32 front equals the bf16 front, so situ_and_mul generates '
+    'docs/kernels.md "Runners": bf16 of the fp32 front equals the bf16 front, so situ_and_mul generates '
     "fp32 -> fp32 and fp32 -> bf16 and defaults fp32 input to bf16"
 )
 LIMITS = "templates/{}/limits.yaml".format
 Q, S, T, F = (f'(kernel "{n}", ' for n in ("per_token_group_quant", "situ_and_mul", "route_topk", "route_quant_fused"))
 BEYOND = "stay within it, or extend the template and its limits"
-SEPARATE = "KERNELS.md §4: bit-identical to route_topk and per_token_group_quant run separately"
+SEPARATE = "docs/kernels.md §4: bit-identical to route_topk and per_token_group_quant run separately"
 
 EDITS = [
     # --- per_token_group_quant: a new param value -----------------------------------------------------
@@ -230,7 +230,7 @@ EDITS = [
                 Q + "params.scale_format.values.3): scale_format ue8m0_col is beyond what "
                 "templates/per_token_group_quant/ supports: "
                 "<<templates/per_token_group_quant/limits.yaml|scale_format:>> allows fp32_row, "
-                "fp32_col, ue8m0 (the scale layouts of KERNELS.md "
+                "fp32_col, ue8m0 (the scale layouts of docs/kernels.md "
                 "§2); " + BEYOND,
             ),
         ),

@@ -18,7 +18,6 @@ STDLIB = set(sys.stdlib_module_names)
 LAYERS = {
     "runtime": ({"runtime"}, {"torch", "ninja"}),
     "oracles": ({"oracles", "runtime"}, {"torch", "pytest", "k3kernels"}),  # k3kernels: the generated package
-    "testing": ({"runtime"}, {"torch", "pytest"}),
     "spec": ({"spec", "runtime"}, {"pydantic", "yaml"}),
     "plan": ({"plan", "spec", "runtime", "tune"}, set()),  # tune: its table format alone (below)
     "render": ({"render", "plan", "spec", "runtime"}, {"jinja2"}),
@@ -143,10 +142,9 @@ def test_templates_get_views_never_the_plan_or_the_spec():
 
 
 def test_the_generated_tests_helper_imports_torch_pytest_the_standard_library_and_the_runtime_only():
-    """k3gen.testing runs wherever the generated tests run: a machine with torch (and pytest) alone."""
-    code = (
-        "import sys\nfor m in ('pydantic', 'jinja2', 'yaml'): sys.modules[m] = None\nimport k3gen.testing\nprint('ok')"
-    )
+    """k3gen.oracles.testing runs wherever the generated tests run: a machine with torch (and pytest) alone."""
+    code = "import sys\nfor m in ('pydantic', 'jinja2', 'yaml'): sys.modules[m] = None\n"
+    code += "import k3gen.oracles.testing\nprint('ok')"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 

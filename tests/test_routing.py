@@ -56,7 +56,7 @@ def test_the_aiter_instance_uses_aiter_on_every_backend(plans):
 
 
 def test_the_fused_router_routes_as_route_topk_on_each_backend(plans):
-    """KERNELS.md §4: route_quant_fused is bit-identical to route_topk, so their routing must agree."""
+    """docs/kernels.md §4: route_quant_fused is bit-identical to route_topk, so their routing must agree."""
     topk, fused = by_backend(plans["route_topk"]), by_backend(plans["route_quant_fused"])
     for backend in fused:
         assert (fused[backend].priority, fused[backend].sigmoid) == (topk[backend].priority, topk[backend].sigmoid)

@@ -112,7 +112,7 @@ def test_bundled_table_is_valid():
 # --- contracts on generated cells (k3gen/spec/meaning/contracts.py) -------------------------------------------------
 
 CONTRACT = (
-    'KERNELS.md "Runners": bf16 of the fp32 front equals the bf16 front, so situ_and_mul generates '
+    'docs/kernels.md "Runners": bf16 of the fp32 front equals the bf16 front, so situ_and_mul generates '
     "fp32 -> fp32 and fp32 -> bf16 and defaults fp32 input to bf16"
 )
 S = '(kernel "situ_and_mul", '

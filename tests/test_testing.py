@@ -1,4 +1,4 @@
-"""k3gen.testing, the helpers every generated test module calls, on the CPU: ids, seeds, the variant
+"""k3gen.oracles.testing, the helpers every generated test module calls, on the CPU: ids, seeds, the variant
 table, refusals, and the op's fake outputs. The GPU halves run in generated/tests on a GPU."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from k3gen import testing
+from k3gen.oracles import testing
 from k3gen.runtime import K3UnsupportedError
 
 

@@ -5,7 +5,7 @@ k3gen.oracles.per_token_group_quant, the spec's edge cases, its excluded cells a
 import pytest
 
 import k3gen.oracles.per_token_group_quant as oracle
-from k3gen import testing
+from k3gen.oracles import testing
 from k3kernels import per_token_group_quant as family
 
 # What the oracle needs of the spec besides a variant's own parameters.

@@ -5,7 +5,7 @@ k3gen.oracles.route_quant_fused, the spec's edge cases, its excluded cells and i
 import pytest
 
 import k3gen.oracles.route_quant_fused as oracle
-from k3gen import testing
+from k3gen.oracles import testing
 from k3kernels import route_quant_fused as family
 
 LANE_RANK = testing.flat(
@@ -30,7 +30,7 @@ SPEC = {
     },
     "defaults": {},
 }
-# The tie order and sigmoid of each backend (k3gen.routing); the tests use the one torch runs on.
+# The tie order and sigmoid of each backend (k3gen.plan); the tests use the one torch runs on.
 ROUTING = {
     "cuda": {"tie_order": "lowest_id", "sigmoid": "expf"},
     "hip": {

@@ -5,7 +5,7 @@ k3gen.oracles.route_topk, the spec's edge cases, its excluded cells and its gate
 import pytest
 
 import k3gen.oracles.route_topk as oracle
-from k3gen import testing
+from k3gen.oracles import testing
 from k3kernels import route_topk as family
 
 LANE_RANK = testing.flat(
@@ -18,7 +18,7 @@ LANE_RANK = testing.flat(
 )
 # What the oracle needs of the spec besides a variant's own parameters.
 SPEC = {"constants": {"num_experts": 896, "top_k": 16, "max_tokens": 1024, "block_threads": 256}, "defaults": {}}
-# The tie order and sigmoid of each backend (k3gen.routing); the tests use the one torch runs on.
+# The tie order and sigmoid of each backend (k3gen.plan); the tests use the one torch runs on.
 ROUTING = {
     "cuda": {"tie_order": "lowest_id", "sigmoid": "expf"},
     "hip": {

@@ -5,7 +5,7 @@ k3gen.oracles.route_topk, the spec's edge cases, its excluded cells and its gate
 import pytest
 
 import k3gen.oracles.route_topk as oracle
-from k3gen import testing
+from k3gen.oracles import testing
 from k3kernels import route_topk_e256 as family
 
 TIE_ORDER = testing.flat(
@@ -34,7 +34,7 @@ SPEC = {
     "tie_order": TIE_ORDER,
     "defaults": {},
 }
-# The tie order and sigmoid of each backend (k3gen.routing); the tests use the one torch runs on.
+# The tie order and sigmoid of each backend (k3gen.plan); the tests use the one torch runs on.
 ROUTING = {"cuda": {"tie_order": TIE_ORDER, "sigmoid": "expf"}, "hip": {"tie_order": TIE_ORDER, "sigmoid": "expf"}}
 # Every generated variant: its parameters in the order of VARIANT_KEYS, and its test id.
 VARIANT_KEYS = ["score", "bias", "fast_math", "vec"]

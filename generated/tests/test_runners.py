@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from k3gen import runtime as rt
-from k3gen import testing
+from k3gen.oracles import testing
 from k3kernels import route_quant_fused as front
 from k3kernels import runners
 

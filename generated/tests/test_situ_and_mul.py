@@ -5,7 +5,7 @@ k3gen.oracles.situ_and_mul, the spec's edge cases, its excluded cells and its ga
 import pytest
 
 import k3gen.oracles.situ_and_mul as oracle
-from k3gen import testing
+from k3gen.oracles import testing
 from k3kernels import situ_and_mul as family
 
 # What the oracle needs of the spec besides a variant's own parameters.

@@ -1,1 +1,1 @@
-"""Torch oracles: the kernel contracts (KERNELS.md) in plain fp32 torch, plus the generated tests' inputs."""
+"""Torch oracles: the kernel contracts (docs/kernels.md) in plain fp32 torch, plus the generated tests' inputs."""

@@ -1,4 +1,4 @@
-"""Oracle for per_token_group_quant (KERNELS.md §2), bit-exact for every scale format.
+"""Oracle for per_token_group_quant (docs/kernels.md §2), bit-exact for every scale format.
 
 amax ignores NaN (as fmaxf does) and is floored at 1e-10; s = amax * fp32(1/448); UE8M0 rounds s up
 to a power of two from its bits; q = clamp(x / s, ±448) with NaN → +448, cast to e4m3 (nearest even).

@@ -1,4 +1,4 @@
-"""Oracle for route_quant_fused (KERNELS.md §4): route_topk's oracle on the scores and
+"""Oracle for route_quant_fused (docs/kernels.md §4): route_topk's oracle on the scores and
 per_token_group_quant's (UE8M0, groups of constants.group_size) on x, both bit-exact."""
 
 from __future__ import annotations

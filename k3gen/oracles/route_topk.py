@@ -1,4 +1,4 @@
-"""Oracle for route_topk (KERNELS.md §3), bit-exact.
+"""Oracle for route_topk (docs/kernels.md §3), bit-exact.
 
 s = sigmoid(float(score)); rank = s + float(bias) in fp32. Experts are ordered by rank descending,
 NaN below every number (-inf included), -0.0 == +0.0, ties by the spec's tie order (lowest id, a

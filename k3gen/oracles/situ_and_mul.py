@@ -1,4 +1,4 @@
-"""Oracle for situ_and_mul (KERNELS.md §1): fp32 math, one rounding to the output dtype."""
+"""Oracle for situ_and_mul (docs/kernels.md §1): fp32 math, one rounding to the output dtype."""
 
 from __future__ import annotations
 

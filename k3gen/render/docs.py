@@ -149,7 +149,7 @@ def arch_legend(declared: list[tuple[str, str]]) -> list[str]:
         f"clang-19 for the archs it knows{which(COMPILED, lambda b, a: a)}.",
         f"**{DECLARED}**: listed in the spec, neither compiled nor run"
         f"{which(DECLARED, lambda b, a: f'{a}: {HIP_NOT_COMPILED_WHY}' if b == 'hip' else a)}.",
-        "Source of these facts: `k3gen/support.py`.",
+        "Source of these facts: `k3gen/render/support.py`.",
     ]
 
 

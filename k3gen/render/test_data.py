@@ -1,6 +1,6 @@
 """What a family's generated test module holds: its data, each value ready for k3gen.render.pyformat.
 
-The module is data over k3gen.testing (templates/common/test.py.j2): variants as a table (their
+The module is data over k3gen.oracles.testing (templates/common/test.py.j2): variants as a table (their
 parameter names once, then one row each), test sizes, layouts, cases, excluded cells, gate
 rejections and what the spec says of the call. Long number lists (a 256-entry tie order, a lane
 table) become named tables of 16 a row, written once however often the data names them.

@@ -3,7 +3,7 @@
 A spec says, once for every backend or once per backend (`{cuda: ..., hip: ...}`), how equal rank
 keys are ordered (`tie_order`) and which fp32 sigmoid scores go through (`sigmoid`). A tie order is
 `lowest_id`, a table (every expert, first place first), or a rule with its table that k3gen
-expands here: `wave64_lane_table` is aiter's wave64 traversal (KERNELS.md §3, issue 15). Everything is
+expands here: `wave64_lane_table` is aiter's wave64 traversal (docs/kernels.md §3, issue 15). Everything is
 checked at load time, so a table or rule that is not a permutation of the experts is a located
 error. The plan hands templates only what this module computes: integers (per-expert priorities)
 and enum spellings; no spec text reaches C++. The plan resolves each backend's

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include <atomic>       // k3::Tuning: the forced config and the miss count, shared by every thread
-#include <type_traits>  // std::is_same: the dtype limits' static_asserts (k3gen.limits)
+#include <type_traits>  // std::is_same: the dtype limits' static_asserts (k3gen.spec.meaning.limits)
 
 #if defined(__HIP__) || defined(__HIPCC__)
 #include <hip/hip_fp16.h>
@@ -254,7 +254,7 @@ inline k3_error_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t
 #endif
 }
 
-// Gate arithmetic (k3gen.exprs): // and % floor as in Python, so a gate means the same in the host
+// Gate arithmetic (k3gen.spec.exprs): // and % floor as in Python, so a gate means the same in the host
 // wrapper and here; the divisor is a positive constant, checked when the spec is loaded. constexpr:
 // a template's limits checks are the same expressions, as static_asserts.
 constexpr int64_t floordiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); }
@@ -283,10 +283,10 @@ struct DeviceScope {
   DeviceScope& operator=(const DeviceScope&) = delete;
 };
 
-// Tuned dispatch (k3gen.tuning): the config of the first bucket of M whose bound is >= M. Past the
+// Tuned dispatch (k3gen.plan.tuning): the config of the first bucket of M whose bound is >= M. Past the
 // last bucket the spec's default config (0) runs and the miss is counted; the first miss of the
 // process prints one line, so an untuned shape is never silent. `forced` (k3_<family>_tuning_force,
-// for k3gen.tuning_run) overrides the table while it is >= 0.
+// for k3gen.tune.run) overrides the table while it is >= 0.
 struct Tuning {
   std::atomic<int> forced{-1};
   std::atomic<long long> misses{0};
@@ -305,7 +305,7 @@ inline int pick_config(Tuning& tu, int64_t m, const int64_t* bucket_max, const i
   return 0;
 }
 
-// An untuned variant (no pick in its table, or a stale one: k3gen.tuning): the spec's default config
+// An untuned variant (no pick in its table, or a stale one: k3gen.plan.tuning): the spec's default config
 // for every M, counted as a miss; the first call of each such variant says so (`said` is its own).
 inline int untuned_config(Tuning& tu, std::atomic<bool>& said, const char* family, const char* note) {
   const int forced = tu.forced.load(std::memory_order_relaxed);

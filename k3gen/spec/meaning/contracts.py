@@ -3,12 +3,12 @@
 - Every runner of specs/runners.yaml reads activations of its dtype, so the front family must
   generate a cell with that `act` (k3gen.spec.load.attach_runners checks the axis; an axis value whose
   every cell is excluded is caught here).
-- The dense-bf16 contract (KERNELS.md "Runners"; tested by templates/common/test_runners.py.j2):
+- The dense-bf16 contract (docs/kernels.md "Runners"; tested by templates/common/test_runners.py.j2):
   bf16 of the fp32 MoE front equals the bf16 front bit for bit. The front's activation is
   situ_and_mul on the fp32 GEMM output, so it must generate fp32 -> fp32 and fp32 -> bf16, and an
   fp32 input must default to the bf16 output.
 - route_quant_fused is bit-identical to route_topk and per_token_group_quant run separately
-  (KERNELS.md §4), and its case matches_separate calls them: for each generated (score, act), they
+  (docs/kernels.md §4), and its case matches_separate calls them: for each generated (score, act), they
   must generate (score, fp32 bias) and (in=act, the fused group_size, ue8m0 scales).
 Both files and lines are named.
 """
@@ -34,7 +34,7 @@ class DenseBf16Contract:
 
 DENSE_BF16 = DenseBf16Contract("situ_and_mul", "in", "out", (("fp32", "fp32"), ("fp32", "bf16")), ("fp32", "bf16"))
 CONTRACT = (
-    f'KERNELS.md "Runners": bf16 of the fp32 front equals the bf16 front, so {DENSE_BF16.family} '
+    f'docs/kernels.md "Runners": bf16 of the fp32 front equals the bf16 front, so {DENSE_BF16.family} '
     "generates fp32 -> fp32 and fp32 -> bf16 and defaults fp32 input to bf16"
 )
 
@@ -73,7 +73,7 @@ FUSED_SEPARATE = SeparateContract(
         ),
     ),
 )
-SEPARATE = "KERNELS.md §4: bit-identical to route_topk and per_token_group_quant run separately"
+SEPARATE = "docs/kernels.md §4: bit-identical to route_topk and per_token_group_quant run separately"
 
 
 def check_contracts(runners, loaded: list, complete: bool) -> list[SpecError]:

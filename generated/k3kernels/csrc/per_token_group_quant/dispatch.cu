@@ -127,7 +127,7 @@ extern "C" int k3_per_token_group_quant_launch(int64_t key, const k3_per_token_g
   }
 }
 
-// Tuning (k3gen.tuning_run): run config `config` whatever M is (-1: the table again), and how many
+// Tuning (k3gen.tune.run): run config `config` whatever M is (-1: the table again), and how many
 // calls fell outside every tuned bucket.
 extern "C" void k3_per_token_group_quant_tuning_force(int config) { k3_per_token_group_quant::tuning.forced.store(config); }
 extern "C" long long k3_per_token_group_quant_tuning_misses() { return k3_per_token_group_quant::tuning.misses.load(); }

@@ -25,7 +25,7 @@ extern "C" int k3_route_topk_launch(int64_t key, const k3_route_topk::Args* a, v
   }
 }
 
-// Tuning (k3gen.tuning_run): run config `config` whatever M is (-1: the table again), and how many
+// Tuning (k3gen.tune.run): run config `config` whatever M is (-1: the table again), and how many
 // calls fell outside every tuned bucket.
 extern "C" void k3_route_topk_tuning_force(int config) { k3_route_topk::tuning.forced.store(config); }
 extern "C" long long k3_route_topk_tuning_misses() { return k3_route_topk::tuning.misses.load(); }

@@ -14,14 +14,14 @@ K3_DEVICE uint32_t rank_key(float r) {
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
-// The sigmoid formulas a spec may pick (`sigmoid`, k3gen/routing.py); both are compiled and a
+// The sigmoid formulas a spec may pick (`sigmoid`, k3gen/spec/routing.py); both are compiled and a
 // backend's choice is the constant kRouteSigmoid below, so HIP can match aiter to the ulp while CUDA
 // keeps torch.sigmoid's formula.
 constexpr int kSigmoidExpf = 0;  // 1 / (1 + expf(-x)): torch.sigmoid's fp32 formula
 constexpr int kSigmoidExp2 = 1;  // 1 / (1 + exp2f(-log2e * x)): aiter's formula
 template <int FORMULA>
 K3_DEVICE float route_sigmoid(float x) {
-  static_assert(FORMULA == kSigmoidExpf || FORMULA == kSigmoidExp2, "a formula of k3gen.routing.SIGMOIDS");
+  static_assert(FORMULA == kSigmoidExpf || FORMULA == kSigmoidExp2, "a formula of k3gen.spec.routing.SIGMOIDS");
   if constexpr (FORMULA == kSigmoidExp2) {
     constexpr float log2e = 1.44269504088896340736f;
     return 1.0f / (1.0f + exp2f(-log2e * x));
@@ -30,7 +30,7 @@ K3_DEVICE float route_sigmoid(float x) {
   }
 }
 
-// Tie order and sigmoid per backend (the spec's `tie_order` and `sigmoid`, resolved by k3gen.routing):
+// Tie order and sigmoid per backend (the spec's `tie_order` and `sigmoid`, resolved by k3gen.plan):
 // tie_priority(e) is larger for the expert that wins a tie.
 #if K3_CUDA
 constexpr int kRouteSigmoid = kSigmoidExpf;

@@ -35,7 +35,7 @@ extern "C" int k3_situ_and_mul_launch(int64_t key, const k3_situ_and_mul::Args* 
   }
 }
 
-// Tuning (k3gen.tuning_run): run config `config` whatever M is (-1: the table again), and how many
+// Tuning (k3gen.tune.run): run config `config` whatever M is (-1: the table again), and how many
 // calls fell outside every tuned bucket.
 extern "C" void k3_situ_and_mul_tuning_force(int config) { k3_situ_and_mul::tuning.forced.store(config); }
 extern "C" long long k3_situ_and_mul_tuning_misses() { return k3_situ_and_mul::tuning.misses.load(); }
