@@ -179,7 +179,7 @@ def cmd_package(root: Path, args) -> int:
 
 
 def cmd_diff(root: Path, args) -> int:
-    from k3gen.review.diff import FORMATS, DiffError, diff_rev
+    from k3gen.review import FORMATS, DiffError, diff_rev
 
     try:
         report = diff_rev(root, args.rev, _families(args.family))

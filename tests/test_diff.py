@@ -16,7 +16,9 @@ import pytest
 from k3gen.cli import main
 from k3gen.plan import resolve_all
 from k3gen.render import render_all
-from k3gen.review.diff import compare, diff_rev, format_json, format_markdown, format_text
+from k3gen.review import diff_rev
+from k3gen.review.compare import compare
+from k3gen.review.format import format_json, format_markdown, format_text
 from k3gen.spec.load import load_specs
 
 from support import ROOT, SPEC_FILE, copy_project

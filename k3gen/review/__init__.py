@@ -1,0 +1,8 @@
+"""(old tree, new tree) → DiffReport: `k3gen diff` (k3gen.review.git, .compare, .format, .report), the
+price of a change and the budgets (k3gen.review.pricing), and the README's figures (k3gen.review.readme)."""
+
+from k3gen.review.format import FORMATS
+from k3gen.review.git import diff_rev
+from k3gen.review.report import DiffError, DiffReport
+
+__all__ = ["FORMATS", "DiffError", "DiffReport", "diff_rev"]
