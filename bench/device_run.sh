@@ -3,12 +3,15 @@
 # build and cached-load times), runs every generated GPU test, the fast-path GPU tests and, when
 # build/spec_edits was prepared here (python tests/spec_edits_gpu.py), the spec-edit suite's GPU half;
 # `MODE=tune` runs `k3gen tune --all`; `MODE=bench` runs bench/bench.py (every family and the host path, against build/before when it
-# exists). Logs and results are packed into $OUT/k3results-$MODE.tgz (the device tool returns 8 files).
+# exists). Several modes run in order: MODE="tests tune bench". TESTS (pytest paths, default every
+# generated test and the fast-path GPU tests), TUNE (families, default --all) and BENCH (families)
+# narrow a mode; `rebuild` runs k3gen build between them (the tables `tune` wrote, compiled in). Logs and results are packed into $OUT/k3results-$MODE.tgz (the device tool returns 8 files).
 set -uo pipefail
 MODE=${MODE:-tests}
 FINAL=${OUT:-/tmp/k3out}; OUT=$(mktemp -d); mkdir -p "$FINAL"
 export PYTHONPATH=$PWD:$PWD/generated PYTHONUNBUFFERED=1 K3GEN_CACHE_DIR=/tmp/k3cache
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+for MODE in $MODE; do
 if [ "$MODE" = tests ]; then
   for fam in $(python3 -c "import k3kernels; print(' '.join(k3kernels.FAMILIES))"); do
     python3 - "$fam" "first build" <<'PY' 2>&1 | tee -a "$OUT/build_times.txt"
@@ -28,18 +31,26 @@ from k3gen.runtime import hostext
 t = time.perf_counter(); m = hostext.load(); dt = time.perf_counter() - t
 print(f"C++ call path (k3gen/runtime/csrc/k3host.cpp): first build {dt * 1e3:.0f} ms ({'built' if m else 'NOT built'})")
 PY
-  timeout "${TEST_TIMEOUT:-330}" python3 -m pytest generated/tests tests/test_fastpath.py -p no:cacheprovider -q \
+  timeout "${TEST_TIMEOUT:-330}" python3 -m pytest ${TESTS:-generated/tests tests/test_fastpath.py} -p no:cacheprovider -q \
     2>&1 | tee "$OUT/gpu_tests.log" | tail -8
   if [ -f build/spec_edits/run.py ]; then
     timeout "${EDITS_TIMEOUT:-200}" python3 build/spec_edits/run.py --json "$OUT/spec_edits.json" 2>&1 \
       | tee "$OUT/spec_edits.log" | tail -40
   fi
+elif [ "$MODE" = rebuild ]; then
+  # k3gen build here, after `tune` wrote specs/tuning/: the tests and the bench then run the picks.
+  # The generator needs pydantic, which this machine lacks: wheels carried in .whl, on the path of
+  # this step alone (the generated code and its tests run without it).
+  [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+  PYTHONPATH=/tmp/site:$PYTHONPATH python3 -m k3gen build 2>&1 | grep -v "^note:" | tee "$OUT/rebuild.log" | tail -3
 elif [ "$MODE" = tune ]; then
   # k3gen tune (issue 13): every family whose spec declares tuning; the tables land in $OUT/tuning
   # (copy them into specs/tuning/ on the dev machine, then `k3gen build`).
-  timeout "${TUNE_TIMEOUT:-400}" python3 -m k3gen tune --all --out "$OUT/tuning" 2>&1 | tee "$OUT/tune.log"
+  timeout "${TUNE_TIMEOUT:-400}" python3 -m k3gen tune $(if [ -n "${TUNE:-}" ]; then echo --family "${TUNE// /,}"; else echo --all; fi) \
+    --out "$OUT/tuning" 2>&1 | tee "$OUT/tune.log"
 else
   timeout "${BENCH_TIMEOUT:-500}" python3 bench/bench.py --out "$OUT" $(for f in ${BENCH:-}; do echo --family "$f"; done) \
     2>&1 | grep -v Warning | tee "$OUT/bench.log"
 fi
 tar -czf "$FINAL/k3results-$MODE.tgz" -C "$OUT" .
+done

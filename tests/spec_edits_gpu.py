@@ -32,8 +32,8 @@ from spec_edits import EDITS, make_copy
 from support import ROOT
 
 RUNNER = Path(__file__).resolve().parent / "spec_edits_gpu_run.py"
-# What a generated test imports besides torch and pytest: the runtime, the oracles and the dtype table.
-K3GEN_FILES = ["__init__.py", "dtypes.py", "testing.py"]  # testing: what the generated tests call
+# What a generated test imports besides torch and pytest: the runtime and the oracles (with the harness).
+K3GEN_FILES = ["__init__.py"]
 K3GEN_DIRS = ["runtime", "oracles"]
 
 

@@ -73,7 +73,7 @@ ODD_K = GROUP + 16  # no group size divides it: the gate's (K % group_size) is n
 E, K, MAX_M, H = (
     TOPK.constants["num_experts"],
     TOPK.constants["top_k"],
-    TOPK.constants["max_tokens"],
+    FUSED.constants["max_tokens"],  # route_topk serves any M; the fused decode kernel keeps a gate
     FUSED.constants["hidden"],
 )
 FUSED_E, FUSED_K = FUSED.constants["num_experts"], FUSED.constants["top_k"]
@@ -182,7 +182,9 @@ CASES = [
     ),
     (
         "too many tokens",
-        lambda: route_topk.route_topk(cuda(MAX_M + 1, E), cuda(E, dtype=fp32), K),
+        lambda: route_quant_fused.route_quant_fused(
+            cuda(MAX_M + 1, FUSED_E), cuda(FUSED_E, dtype=fp32), cuda(MAX_M + 1, H), FUSED_K
+        ),
         f"gate `M <= max_tokens` failed (M = {MAX_M + 1})",
     ),
     (

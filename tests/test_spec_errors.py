@@ -24,7 +24,7 @@ VALID = FROZEN_SPEC.read_text()
 BAD = "specs/bad.yaml"
 TOP_KEYS = (
     "kernel, summary, template, targets, constants, dtypes, params, flags, vector, fast_math, "
-    "signature, gates, tie_order, sigmoid, oracle, tests, budget, tuning"
+    "signature, gates, tie_order, sigmoid, oracle, tests, budget, tuning, routing"
 )
 EXCLUDE_1 = '    - {in: bf16, out: fp16, reason: "no consumer mixes half formats; cast the bf16 output instead"}\n'
 

@@ -5,6 +5,7 @@ a made-up result; the timing itself needs a GPU."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -320,3 +321,24 @@ def test_tune_family_flow_without_a_gpu(monkeypatch, tmp_path):
     text = tuning_run.render_table(result, "NVIDIA H200")
     assert '"config": {"t": 256}' in text and "discarded:\n  - " in text
     assert f'  fake__v:\n    identity: "{"ab" * 32}"\n    rows:\n      - ' in text
+
+
+def test_the_gpu_half_runs_without_the_generator_dependencies(tmp_path):
+    """`k3gen tune` runs where only torch and PyYAML are (the device machine has no pydantic, no
+    jinja2): importing the CLI must not import the spec loader or the renderer."""
+    import subprocess
+    import sys
+
+    for name in ("pydantic", "jinja2"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('{name} is not on the GPU machine')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "k3gen", "tune", "--family", "route_topk"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode != 0 and "needs a GPU" in done.stdout + done.stderr

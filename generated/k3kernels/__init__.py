@@ -13,10 +13,22 @@ if find_spec("torch") is None:  # every family needs it: say how to get it befor
 
 FAMILIES = [
     "per_token_group_quant",
+    "route_deepseek_v3",
+    "route_deepseek_v4_flash",
+    "route_ernie45",
+    "route_glm45",
+    "route_gpt_oss_120b",
+    "route_kimi_k2",
+    "route_llama4_maverick",
+    "route_minimax_m2",
+    "route_mixtral",
     "route_quant_fused",
+    "route_qwen3_moe",
+    "route_qwen3_next",
     "route_topk",
     "route_topk_aiter",
     "route_topk_e256",
+    "route_topk_unsorted",
     "situ_and_mul",
 ]
 

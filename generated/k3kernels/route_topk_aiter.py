@@ -18,7 +18,7 @@ FAMILY = "route_topk_aiter"
 # Constants of the spec.
 num_experts = 896
 top_k = 16
-max_tokens = 1024
+strategy = 1
 block_threads = 256
 
 # The dtype matrix (score, bias): generated cells, and excluded cells with the reason.
@@ -70,7 +70,7 @@ TENSORS = (("scores", 2, "input"), ("bias", 1, "input"), ("out_weights", 2, "out
 # The spec's gates, (predicate, reason), in the order _resolve checks them.
 GATES = [
     ("topk == top_k", "K is compiled in (constants.top_k); another K is another spec instance"),
-    ("M <= max_tokens", "one block per token: larger batches are the prefill path's job"),
+    ("M <= 2147483647", "one grid of at most 2^31 - 1 blocks (the block strategy launches one per token)"),
     ("num_expert_group == 1 and topk_group == 1", "no expert grouping: every expert competes for every slot"),
 ]
 # The Args fields holding a tensor, in field order, and the outputs among them, in return order.
@@ -136,7 +136,7 @@ def _resolve(
     if not (topk == 16):
         values = {"topk": topk}
         raise rt.gate_failed(FAMILY, *GATES[0], values)
-    if not (M <= 1024):
+    if not (M <= 2147483647):
         values = {"M": M}
         raise rt.gate_failed(FAMILY, *GATES[1], values)
     if not ((num_expert_group == 1) and (topk_group == 1)):

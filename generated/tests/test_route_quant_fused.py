@@ -28,14 +28,24 @@ SPEC = {
         "fp8_max": 448.0,
         "eps": 1e-10,
     },
+    "routing": {
+        "scoring": "sigmoid",
+        "scoring_at": "before",
+        "bias": "scores",
+        "groups": None,
+        "renormalize": "positive",
+        "renorm_eps": 0.0,
+        "sorted": True,
+    },
     "defaults": {},
 }
 # The tie order and sigmoid of each backend (k3gen.plan); the tests use the one torch runs on.
 ROUTING = {
-    "cuda": {"tie_order": "lowest_id", "sigmoid": "expf"},
+    "cuda": {"tie_order": "lowest_id", "sigmoid": "expf", "lanes": 32},
     "hip": {
         "tie_order": {"rule": "wave64_lane_table", "experts_per_group": 4, "lane_rank": LANE_RANK},
         "sigmoid": "exp2",
+        "lanes": 64,
     },
 }
 # Every generated variant: its parameters in the order of VARIANT_KEYS, and its test id.

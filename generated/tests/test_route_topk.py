@@ -17,13 +17,26 @@ LANE_RANK = testing.flat(
     ]
 )
 # What the oracle needs of the spec besides a variant's own parameters.
-SPEC = {"constants": {"num_experts": 896, "top_k": 16, "max_tokens": 1024, "block_threads": 256}, "defaults": {}}
+SPEC = {
+    "constants": {"num_experts": 896, "top_k": 16, "strategy": 1, "block_threads": 256},
+    "routing": {
+        "scoring": "sigmoid",
+        "scoring_at": "before",
+        "bias": "scores",
+        "groups": None,
+        "renormalize": "positive",
+        "renorm_eps": 0.0,
+        "sorted": True,
+    },
+    "defaults": {},
+}
 # The tie order and sigmoid of each backend (k3gen.plan); the tests use the one torch runs on.
 ROUTING = {
-    "cuda": {"tie_order": "lowest_id", "sigmoid": "expf"},
+    "cuda": {"tie_order": "lowest_id", "sigmoid": "expf", "lanes": 32},
     "hip": {
         "tie_order": {"rule": "wave64_lane_table", "experts_per_group": 4, "lane_rank": LANE_RANK},
         "sigmoid": "exp2",
+        "lanes": 64,
     },
 }
 # Every generated variant: its parameters in the order of VARIANT_KEYS, and its test id.
@@ -32,7 +45,7 @@ VARIANT_ROWS = [("bf16", "fp32", False, 1), ("bf16", "bf16", False, 1), ("fp32",
 VARIANT_IDS = ["score_bf16__bias_fp32", "score_bf16__bias_bf16", "score_fp32__bias_fp32"]
 # Test sizes, layouts and edge cases (the oracle's case_*); excluded cells with the reason a call
 # must name; gates that the oracle's reject_* inputs fail.
-DIMS = [{"M": 1}, {"M": 2}, {"M": 16}, {"M": 255}, {"M": 1024}]
+DIMS = [{"M": 1}, {"M": 2}, {"M": 16}, {"M": 128}, {"M": 255}, {"M": 1024}, {"M": 8192}, {"M": 65536}]
 LAYOUTS = ["dense", "strided"]
 CASES = [
     "all_equal",
@@ -55,11 +68,7 @@ EXCLUDED = [
         "the bias is fp32 or the score dtype; a bf16 bias beside fp32 scores loses its precision",
     ),
 ]
-REJECTS = [
-    ("wrong_topk", "topk == top_k"),
-    ("too_many_tokens", "M <= max_tokens"),
-    ("expert_groups", "num_expert_group == 1 and topk_group == 1"),
-]
+REJECTS = [("wrong_topk", "topk == top_k"), ("expert_groups", "num_expert_group == 1 and topk_group == 1")]
 # The custom op's arguments in order, and the defaults of those a call may leave out.
 OP_ARGS = ["scores", "bias", "topk", "num_expert_group", "topk_group", "renormalize", "routed_scaling_factor"]
 OP_DEFAULTS = {"num_expert_group": 1, "topk_group": 1, "renormalize": 1, "routed_scaling_factor": 1.0}

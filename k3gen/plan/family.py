@@ -101,7 +101,8 @@ class BackendRouting:
     priority: tuple[int, ...] | None  # per expert, lower wins a tie; None: the id itself (lowest_id)
     sigmoid: str  # a key of k3gen.spec.routing.SIGMOIDS
     tie_kind: str  # lowest_id, table, or the rule's name
-    test_data: dict  # what the generated tests hand the oracle: the tie order as the spec gives it, the sigmoid
+    test_data: dict  # what the generated tests hand the oracle: the tie order as the spec gives it, the sigmoid,
+    # and the lanes of the backend's warp (the order the kernel sums a softmax in)
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ class FamilyPlan:
     param_enums: tuple[tuple[str, int], ...]  # C++ constants of string-valued params: scale_format_ue8m0 = 2
     call_alignment: int | None  # the gates read pointers only modulo this (None: otherwise)
     routing: tuple[BackendRouting, ...] | None  # per backend, for families that declare routing
+    route: object  # k3gen.spec.model.Routing of a routing family (its defaults where the spec gives none), else None
     sources: dict[str, tuple[str, ...]]  # backend -> translation units, relative to csrc/<family>/
     headers: dict[str, tuple[str, ...]]  # backend -> headers, relative to csrc/<family>/
     defines: dict[str, tuple[str, ...]]  # arch -> its per-arch flags as compiler defines

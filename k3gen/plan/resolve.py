@@ -35,12 +35,13 @@ from k3gen.spec.errors import SpecErrors
 from k3gen.spec.exprs import parse_expr
 from k3gen.spec.load import LoadedSpec
 from k3gen.spec.meaning.contracts import DENSE_BF16
-from k3gen.spec.meaning.limits import read_limits
+from k3gen.spec.meaning.limits import effective_routing, read_limits
 from k3gen.spec.model import KernelSpec, variant_points
 from k3gen.spec.scopes import dim_scope, gate_scope, select_scope, shape_scope
 
 BACKENDS = ("cuda", "hip")
 PY_SCALAR = {"f32": "float", "i32": "int", "i64": "int"}  # Python annotation of a spec scalar type
+WARP_LANES = {"cuda": 32, "hip": 64}  # lanes of a warp (a wave on HIP): k3_backend.h's K3_WARP_SIZE
 
 
 def resolve_all(loaded: list[LoadedSpec], root: Path, lenient_tables: bool = False) -> list[FamilyPlan]:
@@ -118,6 +119,7 @@ def resolve_family(ls: LoadedSpec, root: Path, lenient_tables: bool = False) -> 
         # pointer otherwise, and every call is checked in full.
         call_alignment=None if any(m is None for m in moduli) else math.lcm(1, *(n for m in moduli for n in m)),
         routing=tuple(_routing(s, b) for b in backends) if routing.declares_routing(s) else None,
+        route=effective_routing(s) if routing.declares_routing(s) else None,
         sources={b: (*(f"{v.name}.{TU_EXT[b]}" for v in variants), f"dispatch.{TU_EXT[b]}") for b in backends},
         headers={b: (KERNEL_HEADER.format(name=s.kernel), f"{s.kernel}_abi.h", "../k3_backend.h") for b in backends},
         defines={
@@ -229,7 +231,7 @@ def _routing(s: KernelSpec, backend: str) -> BackendRouting:
         tuple(priority) if priority is not None else None,
         sigmoid,
         kind,
-        {"tie_order": shown, "sigmoid": sigmoid},
+        {"tie_order": shown, "sigmoid": sigmoid, "lanes": WARP_LANES[backend]},
     )
 
 

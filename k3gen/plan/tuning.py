@@ -17,7 +17,6 @@ variant the family does not generate, a second table of one family, or a table o
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 from k3gen.runtime.files import Refused, read_text
 from k3gen.spec.bounds import MAX_TABLE_BYTES, MAX_TABLE_NODES
 from k3gen.spec.errors import SpecError, SpecErrors
+from k3gen.spec.model import tuning_configs
 from k3gen.spec.yaml_lines import LocatedData, parse_yaml
 from k3gen.tune.table import FORMAT, KEYS  # the format's one home: its writer is beside them
 
@@ -118,14 +118,6 @@ class Tuning:
         )
 
 
-def configs_of(spec) -> list[dict]:
-    """Every candidate config, the spec's default (its constants) first, then in product order."""
-    knobs = spec.tuning.knobs
-    default = {k: spec.constants[k] for k in knobs}
-    rest = [dict(zip(knobs, vs)) for vs in itertools.product(*knobs.values())]
-    return [default, *(c for c in rest if c != default)]
-
-
 def tables_of(root: Path, family: str) -> list[Path]:
     return sorted((Path(root) / TABLE_DIR).glob(f"{family}.*.yaml"))
 
@@ -142,13 +134,13 @@ def read_table(spec, file: str, root: Path, variant_names: list[str], lenient: b
         if not lenient:
             raise
         shape = {d: max(sizes) for d, sizes in spec.tests.dims.items() if d != "M"}
-        base = Tuning(list(spec.tuning.knobs), configs_of(spec), list(spec.tuning.buckets), shape)
+        base = Tuning(list(spec.tuning.knobs), tuning_configs(spec), list(spec.tuning.buckets), shape)
         return replace(base, unreadable=exc.errors[0].file)
 
 
 def _read_table_file(spec, file: str, root: Path, variant_names: list[str]) -> Tuning:
     shape = {d: max(sizes) for d, sizes in spec.tests.dims.items() if d != "M"}
-    base = Tuning(list(spec.tuning.knobs), configs_of(spec), list(spec.tuning.buckets), shape)
+    base = Tuning(list(spec.tuning.knobs), tuning_configs(spec), list(spec.tuning.buckets), shape)
     tables = tables_of(root, spec.kernel)
     if not tables:
         return base

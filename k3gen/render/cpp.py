@@ -25,6 +25,48 @@ ARG_CTYPES = {
 SIGMOID_CPP = {"expf": "kSigmoidExpf", "exp2": "kSigmoidExp2"}
 
 
+# The routing axes (k3gen.spec.model.Routing) as the constants of the routing fragment that select them.
+SCORING_CPP = {"sigmoid": "kScoringSigmoid", "softmax": "kScoringSoftmax", "sqrt_softplus": "kScoringSqrtSoftplus",
+               "none": "kScoringNone"}  # fmt: skip
+BIAS_CPP = {"scores": "kBiasScores", "logits": "kBiasLogits", "none": "kBiasNone"}
+GROUP_SCORE_CPP = {"sum_top2": "kGroupSumTop2", "max": "kGroupMax"}
+RENORM_CPP = {"positive": "kRenormPositive", "add_eps": "kRenormAddEps", "clamp": "kRenormClamp"}
+
+
+# A routing axis of limits.yaml -> the constant that holds it and the spelling of each value.
+ROUTING_AXES_CPP = {
+    "scoring": ("kScoring", SCORING_CPP),
+    "scoring_at": ("kScoringAfter", {"before": "false", "after": "true"}),
+    "bias": ("kBiasAt", BIAS_CPP),
+    "group_score": ("kGroupScore", GROUP_SCORE_CPP),
+    "renormalize": ("kRenorm", RENORM_CPP),
+    "sorted": ("kSorted", {True: "true", False: "false"}),
+}
+
+
+def route_constants(p: FamilyPlan) -> list[tuple[str, str, str]]:
+    """(C++ type, name, value) of a routing family's axes, in the routing fragment's names; and the
+    true/false names a routing template's limits checks read (k3gen.spec.meaning.limits.ROUTING_NAMES)."""
+    r = p.route
+    if r is None:
+        return []
+    g = r.groups
+    return [
+        ("int", "kScoring", SCORING_CPP[r.scoring]),
+        ("bool", "kScoringAfter", cpp_bool(r.scoring_at == "after")),
+        ("int", "kBiasAt", BIAS_CPP[r.bias]),
+        ("int", "kGroups", str(g.count if g else 1)),
+        ("int", "kKeepGroups", str(g.keep if g else 1)),
+        ("int", "kGroupScore", GROUP_SCORE_CPP[g.score if g else "sum_top2"]),
+        ("int", "kRenorm", RENORM_CPP[r.renormalize]),
+        ("float", "kRenormEps", f"{float(r.renorm_eps)!r}f"),
+        ("bool", "kSorted", cpp_bool(r.sorted)),
+        ("bool", "grouped", cpp_bool(g is not None)),
+        ("bool", "softmax", cpp_bool(r.scoring == "softmax")),
+        ("bool", "scoring_after", cpp_bool(r.scoring_at == "after")),
+    ]
+
+
 def cpp_type(name: str, backend: str) -> str:
     """The C++ element type of a dtype under a backend's compiler."""
     return DTYPES[name].cpp(backend)
@@ -95,6 +137,8 @@ def static_asserts(p: FamilyPlan) -> list[str]:
         lines.append(f"static_assert({condition}, {c_string(f'{name}: {limits.at(line)} allows {text}')});")
 
     for axis, rule in limits.section("dtypes").items():
+        if axis not in s.dtypes.axes:  # an optional axis the spec does not have: the template reads none
+            continue
         for backend, guard in (("cuda", "#if K3_CUDA"), ("hip", "#else")):
             lines.append(guard)
             same = " || ".join(f"std::is_same<T_{axis}, {DTYPES[d].cpp(backend)}>::value" for d in rule.values)
@@ -110,6 +154,10 @@ def static_asserts(p: FamilyPlan) -> list[str]:
                 assert_(_cpp_condition(name, rule), name, rule.line, rule.describe())
     for name, rule in limits.section("constants").items():
         assert_(_cpp_condition(name, rule), name, rule.line, rule.describe())
+    for name, rule in limits.section("routing").items():
+        constant, spelled = ROUTING_AXES_CPP[name]
+        values = " || ".join(f"{constant} == {spelled[v]}" for v in rule.values)
+        assert_(f"({values})", f"routing.{name}", rule.line, rule.describe())
     for kind, rule in limits.section("vector").items():
         width = "VEC" if kind == "elements" else f"(VEC * {_widest(list(s.dtypes.axes))})"
         assert_(_cpp_condition(width, rule), f"vector.{kind}", rule.line, rule.describe())

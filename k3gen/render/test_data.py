@@ -28,9 +28,11 @@ def oracle_spec(p: FamilyPlan) -> dict:
     reads the defaults)."""
     s = p.spec
     order = {"tie_order": s.tie_order} if isinstance(s.tie_order, (str, list)) else {}  # else per backend: ROUTING
+    route = {"routing": p.route.model_dump(mode="json")} if p.route is not None else {}
     return {
         "constants": dict(s.constants),
         **order,
+        **route,
         "defaults": {axis: {"from": d.from_, "map": dict(d.map)} for axis, d in s.dtypes.defaults.items()},
     }
 

@@ -46,6 +46,8 @@ class FamilyView:
     matrix_text: str
     limit_asserts: list  # static_assert lines of the template's limits
     routing: list  # RoutingView per backend ([] for families without routing)
+    route: list  # (C++ type, name, value) of the routing axes ([] for families without routing)
+    has_bias: bool  # the family's call has a bias tensor (routing: where it is added)
     tuned: bool  # the spec declares knobs (the dispatch exports the tuner's hooks)
     variants: list  # (name, key as hex, label) per variant, in key order of the spec
     runners_file: str
@@ -76,6 +78,8 @@ def family_view(p: FamilyPlan) -> FamilyView:
         matrix_text=cpp.matrix_text(p),
         limit_asserts=cpp.static_asserts(p),
         routing=routes,
+        route=cpp.route_constants(p),
+        has_bias="bias" in s.signature.tensors,
         tuned=p.tuning is not None,
         variants=[(v.name, f"{v.key:#x}", v.label) for v in p.variants],
         runners_file=p.runners_file,

@@ -552,6 +552,41 @@ class Tuning(SpecModel):
         return buckets
 
 
+class Groups(SpecModel):
+    """Grouped selection (DeepSeek-V3's): experts in `count` groups of consecutive ids; each group's
+    score is `score` of its experts' selection keys; the top-K is taken over the `keep` best groups."""
+
+    count: Annotated[StrictInt, _checked(lambda n: None if 2 <= n <= 64 else f"{n} groups; give 2 to 64")]
+    keep: Annotated[StrictInt, _checked(lambda n: None if n >= 1 else f"{n}; keep at least one group")]
+    score: Literal["sum_top2", "max"] = Field(
+        "sum_top2", description="a group's score: the sum of its two best keys (DeepSeek-V3), or its best key"
+    )
+
+
+class Routing(SpecModel):
+    """How a routing family scores and selects (the route template's axes; docs/kernels.md §3). Each
+    value is compiled into the kernel, so it is part of every unit's key. The weights never carry the
+    selection bias."""
+
+    scoring: Literal["sigmoid", "softmax", "sqrt_softplus", "none"] = Field(
+        "sigmoid", description="sigmoid (the spec's `sigmoid` formula), softmax, sqrt(softplus(x)), or none"
+    )
+    scoring_at: Literal["before", "after"] = Field(
+        "before", description="before: scored over every expert, then top-K; after: top-K on the logits, then scored"
+    )
+    bias: Literal["scores", "logits", "none"] = Field(
+        "scores", description="where the bias is added for selection only: to the scores (probabilities), the logits"
+    )
+    groups: Groups | None = Field(None, description="grouped selection; none: every expert competes for every slot")
+    renormalize: Literal["positive", "add_eps", "clamp"] = Field(
+        "positive",
+        description="renormalized weights divide by: the sum where it is positive, else 1; sum + renorm_eps; "
+        "max(sum, renorm_eps)",
+    )
+    renorm_eps: Float32 = Field(0.0, description="the eps of add_eps and clamp (DeepSeek-V3: 1e-20; ERNIE: 1e-12)")
+    sorted: StrictBool = Field(True, description="outputs by rank (descending); false: in expert-id order")
+
+
 def _oracle_problem(value: str) -> str | None:
     """Oracles are modules of the project's oracle package, named by the grammar alone (no paths)."""
     if grammar.ORACLE.match(value):
@@ -598,6 +633,7 @@ class KernelSpec(SpecModel):
     tests: Tests
     budget: Budget | None = Field(None, description="build cost the family may not exceed, per arch")
     tuning: Tuning | None = Field(None, description="knobs tuned per bucket of M by `k3gen tune`")
+    routing: Routing | None = Field(None, description="how a routing family scores and selects (routing template)")
 
     @field_validator("tie_order", "sigmoid", mode="before")
     @classmethod
@@ -628,6 +664,14 @@ def variant_points(dtypes: DtypeMatrix, params: dict, flags: list[str] = ()):
         for chosen in param_points(params):
             for on in itertools.product((False, True), repeat=len(flags)):
                 yield dict(zip(dtypes.axes, cell)), chosen, dict(zip(flags, on))
+
+
+def tuning_configs(spec) -> list[dict]:
+    """Every candidate config of a spec's knobs, its default (the constants) first, then in product order."""
+    knobs = spec.tuning.knobs
+    default = {k: spec.constants[k] for k in knobs}
+    rest = [dict(zip(knobs, vs)) for vs in itertools.product(*knobs.values())]
+    return [default, *(c for c in rest if c != default)]
 
 
 # What a runner consumes, and the activation dtype that implies.

@@ -126,7 +126,7 @@ def _known_keys(mapping: dict, allowed: list[str], where: tuple) -> None:
 def declares_routing(spec) -> bool:
     """Whether the spec says anything of ties or the sigmoid (the routing families do; the defaults
     mean nothing to the others, whose generated tests stay as they were)."""
-    return bool({"tie_order", "sigmoid"} & spec.model_fields_set)
+    return bool({"tie_order", "sigmoid", "routing"} & spec.model_fields_set)
 
 
 def check_routing(spec) -> None:

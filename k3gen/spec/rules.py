@@ -311,3 +311,55 @@ def _tuning(s):
                 ),
             )
         low = high
+
+
+@rule("routing", "constants", "signature")
+def _route_mode(s):
+    """The routing axes fit together, the experts and K, and the signature (docs/kernels.md §3)."""
+    r = s.routing
+    if r is None:
+        return
+    e, k = s.constants.get("num_experts"), s.constants.get("top_k")
+    if r.bias == "logits" and r.scoring_at == "before" and r.scoring != "none":
+        yield (
+            ("routing", "bias"),
+            "a bias on the logits is for selecting on the logits: give `scoring_at: after` (or `scoring: none`), "
+            "or add the bias to the scores (`bias: scores`)",
+        )
+    if r.bias == "scores" and r.scoring_at == "after":
+        yield (
+            ("routing", "bias"),
+            "with `scoring_at: after` the top-K is taken on the logits, before any score exists: write `bias: logits`",
+        )
+    has_bias = "bias" in s.signature.tensors
+    if r.bias != "none" and not has_bias:
+        yield ("routing", "bias"), f"`bias: {r.bias}` adds a tensor `bias` the signature does not have; declare it"
+    if r.bias == "none" and has_bias:
+        yield (
+            ("signature", "tensors", "bias"),
+            "`routing.bias: none`: the kernel reads no bias; remove the tensor, or say where it is added",
+        )
+    if (r.renormalize == "positive") != (r.renorm_eps == 0):
+        yield (
+            ("routing", "renorm_eps"),
+            "renorm_eps is the eps of `renormalize: add_eps` or `clamp` (a positive number); `positive` reads none",
+        )
+    g = r.groups
+    if g is not None:
+        if r.scoring_at == "after":
+            yield ("routing", "groups"), "groups are scored on the scores before the top-K: give `scoring_at: before`"
+        if g.keep > g.count:
+            yield ("routing", "groups", "keep"), f"keep {g.keep} of {g.count} groups: keep at most {g.count}"
+        if isinstance(e, int) and not isinstance(e, bool):
+            if e % g.count:
+                yield (
+                    ("routing", "groups", "count"),
+                    f"{g.count} groups do not divide num_experts = {e}; groups hold consecutive experts, equally many",
+                )
+            elif g.score == "sum_top2" and e // g.count < 2:
+                yield ("routing", "groups", "score"), "sum_top2 needs at least 2 experts per group"
+            elif isinstance(k, int) and g.keep * (e // g.count) < k:
+                yield (
+                    ("routing", "groups", "keep"),
+                    f"{g.keep} groups of {e // g.count} experts hold fewer than top_k = {k}: keep more groups",
+                )

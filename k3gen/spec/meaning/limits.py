@@ -13,13 +13,19 @@ limits.yaml, all sections optional; every rule needs `why`, shown in the error:
     flags:     {NAME: {why: ..., needs: pdl}}                  # flags the template reads (needs: what
                                                                #   an arch where a per-arch flag is on must have)
     archs:     {needs: [fp8], why: ...}                        # what every target arch must have
+    routing:   {scoring: {values: [sigmoid, softmax], why: ...}}  # the routing axes a route template serves
     constants: {NAME: {min: 1, max: 64, why: ...}}             # or values
     vector:    {elements: {values: [16], why: ...}}            # or bytes: the spec's vector kind
     checks:    [{check: "top_k <= num_experts", why: ...}]     # over constants, params and vec
 
 Every name listed is read by the template, so a spec must declare it. Dtype axes, params and
 call-time flags the file does not list are refused too: the kernel would ignore them and build the
-same code twice. Constants it does not list are free (gates may use them).
+same code twice. Constants it does not list are free (gates may use them). A dtype rule with
+`optional: true` is an axis the template reads when the spec has it (a router's bias).
+
+A check reads the constants and params listed here and vec; a routing template's checks also read
+the routing axes as true/false names (ROUTING_NAMES). Checks hold for every tuning config, not the
+default alone: each config's knob values replace their constants.
 """
 
 from __future__ import annotations
@@ -33,14 +39,21 @@ from k3gen.runtime.files import Refused, read_text
 from k3gen.spec.bounds import MAX_SOURCE_BYTES
 from k3gen.spec.errors import SpecError
 from k3gen.spec.exprs import Expr, ExprError, Name, Scope, parse_expr
-from k3gen.spec.model import variant_points
+from k3gen.spec.model import tuning_configs, variant_points
 from k3gen.spec.paths import plain_file_inside
 from k3gen.spec.yaml_lines import LocatedData, parse_yaml
 
 LIMITS_FILE = "limits.yaml"
-RULE_SECTIONS = ("dtypes", "params", "flags", "constants", "vector")
+RULE_SECTIONS = ("dtypes", "params", "flags", "constants", "vector", "routing")
+# What a routing template's checks may read of the spec's routing (k3gen.spec.model.Routing).
+ROUTING_NAMES = {
+    "grouped": lambda r: r.groups is not None,
+    "softmax": lambda r: r.scoring == "softmax",
+    "scoring_after": lambda r: r.scoring_at == "after",
+}
+ROUTING_FIELDS = ("scoring", "scoring_at", "bias", "group_score", "renormalize", "sorted")
 VECTOR_KINDS = ("bytes", "elements")
-RULE_KEYS = {"dtypes": ("values", "why"), "flags": ("why", "needs")}
+RULE_KEYS = {"dtypes": ("values", "why", "optional"), "flags": ("why", "needs"), "routing": ("values", "why")}
 BOUND_KEYS = ("values", "min", "max", "multiple_of", "why")
 
 
@@ -57,6 +70,7 @@ class Rule:
     max: float | None = None
     multiple_of: int | None = None
     needs: tuple[str, ...] = ()  # arch features (k3gen.runtime.archs.FEATURES)
+    optional: bool = False  # a dtype axis the template reads when the spec has it
 
     def allows(self, value) -> bool:
         if self.values is not None and not any(_same(value, v) for v in self.values):
@@ -141,17 +155,19 @@ class _Parser:
         if not isinstance(data, dict):
             self.error((), "limits are a mapping of sections: " + ", ".join((*RULE_SECTIONS, "checks")))
             return None, self.errors
-        for key, body in data.items():
+        for key, body in data.items():  # checks last: they may read what every other section lists
             if key in RULE_SECTIONS:
                 limits.rules[key] = self.section(key, body)
             elif key == "checks":
-                limits.checks = self.checks(body, limits)
+                continue
             elif key == "archs":
                 limits.archs = self.rule("archs", "", body, ("archs",))
             else:
                 self.error(
                     (key,), f"unknown section '{key}'; sections: {', '.join((*RULE_SECTIONS, 'archs', 'checks'))}"
                 )
+        if "checks" in data:
+            limits.checks = self.checks(data["checks"], limits)
         return (None if self.errors else limits), self.errors
 
     def section(self, section: str, body) -> dict:
@@ -161,6 +177,9 @@ class _Parser:
         rules = {}
         for name, rule in body.items():
             path = (section, name)
+            if section == "routing" and name not in ROUTING_FIELDS:
+                self.error(path, f"unknown routing axis '{name}'; routing axes: {', '.join(ROUTING_FIELDS)}")
+                continue
             if section == "vector" and name not in VECTOR_KINDS:
                 self.error(path, f"unknown vector kind '{name}'; use one of: {', '.join(VECTOR_KINDS)}")
                 continue
@@ -196,7 +215,7 @@ class _Parser:
                     if v not in DTYPES:
                         self.error(path + ("values", i), f"'{v}' is not a dtype; known: {', '.join(DTYPES)}")
                         ok = False
-            elif any(not isinstance(v, (int, float, str)) for v in values):
+            elif any(not isinstance(v, (int, float, str, bool)) for v in values):
                 self.error(path + ("values",), "values are numbers, booleans or names")
                 ok = False
         for key in ("min", "max"):
@@ -224,6 +243,7 @@ class _Parser:
             rule.get("max"),
             m,
             tuple(needs),
+            rule.get("optional") is True,
         )
 
     def checks(self, body, limits: TemplateLimits) -> list[Check]:
@@ -255,6 +275,8 @@ def check_scope(limits: TemplateLimits) -> Scope:
     """What a limits check may read: the constants and params the file lists (template parameters and
     constants of launch() in C++, where vec is VEC), every one an integer that may divide."""
     names = {n: Name("int", n, n, positive=True) for n in (*limits.section("constants"), *limits.section("params"))}
+    if limits.section("routing"):
+        names |= {n: Name("bool", n, n) for n in ROUTING_NAMES}
     return Scope({**names, "vec": Name("int", "vec", "VEC", positive=True)}, cpp=True, want="bool")
 
 
@@ -278,6 +300,8 @@ def check_spec(ls, limits: TemplateLimits) -> list[SpecError]:
 
     axes = s.dtypes.axes
     for axis, rule in limits.section("dtypes").items():
+        if axis not in axes and rule.optional:
+            continue
         if axis not in axes:
             errors.append(
                 ls.error(
@@ -345,6 +369,7 @@ def check_spec(ls, limits: TemplateLimits) -> list[SpecError]:
                 beyond(("tuning", "knobs", name, i), f"candidate {name} = {_shown(value)}", rule)
     errors += _check_vector(ls, limits, beyond)
     errors += _check_archs(ls, limits)
+    errors += _check_routing(ls, limits, beyond)
     if not errors:  # the relations assume every name above is declared and in range
         errors += _check_relations(ls, limits)
     return errors
@@ -394,6 +419,40 @@ def _check_vector(ls, limits: TemplateLimits, beyond) -> list[SpecError]:
         if kind == "bytes" and not rule.allows(o.bytes):
             beyond(("vector", "overrides", i, "bytes"), f"vector override of {o.bytes} bytes", rule)
     return errors
+
+
+def effective_routing(s):
+    """The spec's routing, or the defaults (sigmoid before the top-K, bias on the scores, sorted) of a
+    routing template's spec that declares none."""
+    from k3gen.spec.model import Routing
+
+    return s.routing if s.routing is not None else Routing()
+
+
+def _routing_value(r, name: str):
+    return (r.groups.score if r.groups else None) if name == "group_score" else getattr(r, name)
+
+
+def _check_routing(ls, limits: TemplateLimits, beyond) -> list[SpecError]:
+    """The spec's routing axes against what a routing template serves (its `routing:` section)."""
+    s, rules = ls.spec, limits.section("routing")
+    if not rules:
+        if s.routing is not None:
+            return [
+                ls.error(
+                    ("routing",),
+                    f"templates/{limits.template}/ routes nothing ({limits.file} has no `routing:` section); "
+                    "remove `routing:`, or use a routing template",
+                )
+            ]
+        return []
+    r = effective_routing(s)
+    for name, rule in rules.items():
+        value = _routing_value(r, name)
+        if value is not None and not rule.allows(value):
+            path = ("routing", "groups", "score") if name == "group_score" else ("routing", name)
+            beyond(path, f"routing.{name} {_shown(value)}", rule)
+    return []
 
 
 def _check_archs(ls, limits: TemplateLimits) -> list[SpecError]:
@@ -464,9 +523,14 @@ def _check_relations(ls, limits: TemplateLimits) -> list[SpecError]:
 
 
 def _variant_values(s):
-    """Name -> value of constants, params and vec, for each generated (cell, params) pair."""
+    """Name -> value of constants, params and vec (and a routing template's routing names), for each
+    generated (cell, params) pair and each tuning config (its knob values over their constants)."""
+    r = effective_routing(s)
+    routed = {n: read(r) for n, read in ROUTING_NAMES.items()}
+    configs = tuning_configs(s) if s.tuning is not None else [{}]
     for dtypes, params, _ in variant_points(s.dtypes, s.params):
-        yield {**s.constants, **params, "vec": s.vector.elements_for(dtypes)}
+        for config in configs:
+            yield {**s.constants, **config, **params, **routed, "vec": s.vector.elements_for(dtypes)}
 
 
 def _number(value) -> bool:

@@ -103,6 +103,51 @@ K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - tie_rank[e]; }
 #error "no tie order and sigmoid for this backend: it is not a target of specs/route_quant_fused.yaml"
 #endif
 
+// The routing axes of the spec (`routing`, docs/kernels.md §3), resolved by k3gen.plan: how a row is
+// scored, where the bias is added for selection (the weights never carry it), the groups, how
+// renormalized weights are divided, and the output order.
+constexpr int kScoringSigmoid = 0, kScoringSoftmax = 1, kScoringSqrtSoftplus = 2, kScoringNone = 3;
+constexpr int kBiasScores = 0, kBiasLogits = 1, kBiasNone = 2;
+constexpr int kGroupSumTop2 = 0, kGroupMax = 1;
+constexpr int kRenormPositive = 0, kRenormAddEps = 1, kRenormClamp = 2;
+constexpr int kScoring = kScoringSigmoid;
+constexpr bool kScoringAfter = false;
+constexpr int kBiasAt = kBiasScores;
+constexpr int kGroups = 1;
+constexpr int kKeepGroups = 1;
+constexpr int kGroupScore = kGroupSumTop2;
+constexpr int kRenorm = kRenormPositive;
+constexpr float kRenormEps = 0.0f;
+constexpr bool kSorted = true;
+constexpr bool grouped = false;
+constexpr bool softmax = false;
+constexpr bool scoring_after = false;
+
+// An elementwise score (every scoring but softmax, which needs the whole row). sqrt(softplus(x)) is
+// torch's softplus (x past 20 is x itself) and sqrt, in fp32, so the oracle on the GPU agrees bit for bit.
+K3_DEVICE float route_score(float x) {
+  if constexpr (kScoring == kScoringSigmoid) {
+    return route_sigmoid<kRouteSigmoid>(x);
+  } else if constexpr (kScoring == kScoringSqrtSoftplus) {
+    return sqrtf(x > 20.0f ? x : log1pf(expf(x)));
+  } else {
+    return x;  // none (softmax is never elementwise: route_warp scores it over the row)
+  }
+}
+
+// What renormalized weights are divided by (`routing.renormalize`): the sum where it is positive
+// (else 1); sum + eps; max(sum, eps), a NaN sum staying NaN as torch.clamp keeps it.
+K3_DEVICE float renorm_denominator(float sum, bool renormalize) {
+  if (!renormalize) return 1.0f;
+  if constexpr (kRenorm == kRenormAddEps) {
+    return sum + kRenormEps;
+  } else if constexpr (kRenorm == kRenormClamp) {
+    return sum < kRenormEps ? kRenormEps : sum;
+  } else {
+    return sum > 0.0f ? sum : 1.0f;
+  }
+}
+
 // What the select needs to know of a row's rank keys before its first pass: the bits they all share
 // (set in `all` and in `any`), over every key and over the non-negative ones (keys with the top bit
 // set), and how many are non-negative. When at least K are, the negatives cannot reach the top K and
@@ -213,6 +258,9 @@ template <typename T_score, typename T_bias, int E, int K, int threads>
 K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
                          float* __restrict__ weights, int32_t* __restrict__ ids, bool renormalize, float scale) {
   static_assert(K <= 64 && E <= 4095, "RouteShared holds 64 picks; a bin count fits pick_digit's 12 bits");
+  static_assert(E > 0 && kScoring != kScoringSoftmax && !kScoringAfter && kGroups == 1,
+                "one block per token computes each key alone: softmax, scoring after the top-K and groups "
+                "run in the warp strategy (route_warp)");
   static_assert(threads % K3_WARP_SIZE == 0 && threads <= 1024 && K + kBinGather <= threads,
                 "whole warps (each finds the digit itself); one thread per gathered key");
   constexpr int per_thread = (E + threads - 1) / threads;
@@ -224,7 +272,7 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
   for (int i = 0; i < per_thread; ++i) {
     const int e = t + i * threads;
     score[i] = e < E ? k3::to_float(scores[e]) : 0.0f;
-    add[i] = e < E ? k3::to_float(bias[e]) : 0.0f;
+    add[i] = kBiasAt != kBiasNone && e < E ? k3::to_float(bias[e]) : 0.0f;
   }
   uint64_t key[per_thread];
   float weight[per_thread];
@@ -235,8 +283,8 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     key[i] = 0;  // below every real key: indices past E are never counted
     weight[i] = 0.0f;
     if (e < E) {
-      const float s = route_sigmoid<kRouteSigmoid>(score[i]);
-      const uint32_t rank = rank_key(s + add[i]);
+      const float s = route_score(score[i]);
+      const uint32_t rank = rank_key(kBiasAt != kBiasNone ? s + add[i] : s);
       weight[i] = s;
       key[i] = (uint64_t(rank) << 16) | tie_priority(e);
       bits.add(rank);
@@ -312,9 +360,288 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     float sum = 0.0f;
 #pragma unroll 8
     for (int j = 0; j < K; ++j) sum += sh.sorted_weight[j];
-    const float denom = renormalize && sum > 0.0f ? sum : 1.0f;
-    weights[t] = sh.sorted_weight[t] / denom * scale;
-    ids[t] = sh.sorted_id[t];
+    const float denom = renorm_denominator(sum, renormalize);
+    int slot = t;  // by rank; unsorted (`routing.sorted: false`): in expert-id order, the same set
+    if constexpr (!kSorted) {
+      slot = 0;
+#pragma unroll 8
+      for (int j = 0; j < K; ++j) slot += sh.sorted_id[j] < sh.sorted_id[t];
+    }
+    weights[slot] = sh.sorted_weight[t] / denom * scale;
+    ids[slot] = sh.sorted_id[t];
+  }
+}
+
+// --- the warp strategy: one warp (wave) per token, every routing axis ---------------------------
+
+// The warp select's composite key: valid (bit 63: padding and dropped groups are 0, below every
+// expert, NaN included), the rank key (62..31), the tie priority (30..15) and the expert id (14..0).
+// Keys are unique, so the warp's largest is one expert, and the key names it.
+K3_DEVICE uint64_t warp_key(float value, int e) {
+  return (uint64_t(1) << 63) | (uint64_t(rank_key(value)) << 31) | (uint64_t(tie_priority(e)) << 15) | uint64_t(e);
+}
+
+// The value a warp key was made from (rank_key inverted; NaN for NaN, +0.0 for either zero).
+K3_DEVICE float key_value(uint64_t key) {
+  const uint32_t r = uint32_t(key >> 31);
+  return __uint_as_float((r & 0x80000000u) ? (r & 0x7fffffffu) : ~r);
+}
+
+// The warp's largest key, in every lane. CUDA: two redux.sync (the high word, then the low word among
+// the lanes that hold that high word) instead of a five-step butterfly of 64-bit shuffles.
+K3_DEVICE uint64_t warp_max_key(uint64_t v) {
+#if K3_CUDA
+  const uint32_t hi = __reduce_max_sync(0xffffffffu, uint32_t(v >> 32));
+  const uint32_t lo = __reduce_max_sync(0xffffffffu, uint32_t(v >> 32) == hi ? uint32_t(v) : 0u);
+  return (uint64_t(hi) << 32) | lo;
+#else
+#pragma unroll
+  for (int d = K3_WARP_SIZE / 2; d > 0; d >>= 1) {
+    const uint64_t o = k3::shfl_xor(v, d);
+    v = o > v ? o : v;
+  }
+  return v;
+#endif
+}
+
+// One key per lane, sorted descending across the warp (lane i ends with the i-th largest): a bitonic
+// network of shuffles, log2(W) * (log2(W) + 1) / 2 steps.
+K3_DEVICE uint64_t warp_sort_desc(uint64_t v) {
+  const int lane = int(threadIdx.x % K3_WARP_SIZE);
+#pragma unroll
+  for (int size = 2; size <= K3_WARP_SIZE; size <<= 1) {
+#pragma unroll
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+      const uint64_t o = k3::shfl_xor(v, stride);
+      const bool keep_max = ((lane & stride) == 0) == ((lane & size) == 0);  // descending runs keep the max low
+      v = keep_max ? (o > v ? o : v) : (o < v ? o : v);
+    }
+  }
+  return v;
+}
+
+K3_DEVICE float warp_max_float(float v) {
+#pragma unroll
+  for (int d = K3_WARP_SIZE / 2; d > 0; d >>= 1) v = fmaxf(v, k3::shfl_xor(v, d));
+  return v;
+}
+
+// The row sum of a softmax, in the one order the oracle repeats: each lane its experts (e = j * lanes
+// + lane) by j, then a butterfly over the lanes (every lane ends with the same sum).
+K3_DEVICE float warp_sum(float v) {
+#pragma unroll
+  for (int d = K3_WARP_SIZE / 2; d > 0; d >>= 1) v += k3::shfl_xor(v, d);
+  return v;
+}
+
+// The lanes of one warp see each other's shared-memory writes (CUDA: __syncwarp; a wave runs in
+// lockstep, so HIP needs the ordering alone).
+K3_DEVICE void warp_sync() {
+#if K3_CUDA
+  __syncwarp();
+#else
+  __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+#endif
+}
+
+// The warp select gathers the keys at or above a threshold into shared memory and ranks them there
+// when at most this many are (else it takes the K picks one by one).
+constexpr int kWarpCandidates = 64;
+
+// Shared memory of one warp of the warp strategy.
+struct WarpShared {
+  uint64_t key[kWarpCandidates];  // the candidates
+  float weight[kWarpCandidates];
+  float picked_weight[K3_WARP_SIZE];  // the picks by rank
+  int32_t picked_id[K3_WARP_SIZE];
+};
+
+// One token's top-K by one warp: each lane holds experts lane, lane + lanes, ... (coalesced loads).
+// Keys are scored, biased and grouped first. The select: the K-th largest of the lanes' best keys is
+// a threshold at or below the K-th largest key (K lanes hold a key at least that large); the keys at
+// or above it (random rows: a few more than K) are gathered and ranked against each other. When more
+// than kWarpCandidates are (rows of ties), K rounds each take the warp's largest instead. Both give the
+// top K of the composite keys, which are unique: the same picks in the same order.
+template <typename T_score, typename T_bias, int E, int K>
+K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
+                          float* __restrict__ weights, int32_t* __restrict__ ids, bool renormalize, float scale) {
+  constexpr int W = K3_WARP_SIZE;
+  constexpr int n = (E + W - 1) / W;
+  static_assert(K <= W && E <= 32767, "lane r keeps pick r; expert ids fit the key's 15 bits");
+  // An unbiased softmax selects on the logits: its probabilities are divided out for the K picks only.
+  constexpr bool softmax_first = kScoring == kScoringSoftmax && !kScoringAfter;
+  constexpr bool divide_late = softmax_first && kBiasAt == kBiasNone;
+  const int lane = int(threadIdx.x % W);
+  float x[n], add[n];
+#pragma unroll
+  for (int j = 0; j < n; ++j) {  // every load first, then the math
+    const int e = j * W + lane;
+    x[j] = e < E ? k3::to_float(scores[e]) : 0.0f;
+    add[j] = kBiasAt != kBiasNone && e < E ? k3::to_float(bias[e]) : 0.0f;
+  }
+  float weight[n], value[n];  // what a pick's weight is made from; what selects (weights never carry the bias)
+  float total = 1.0f;  // a softmax's row sum
+  if constexpr (kScoringAfter) {
+#pragma unroll
+    for (int j = 0; j < n; ++j) {
+      weight[j] = x[j];
+      value[j] = kBiasAt == kBiasLogits ? x[j] + add[j] : x[j];
+    }
+  } else if constexpr (softmax_first) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < n; ++j) m = j * W + lane < E ? fmaxf(m, x[j]) : m;
+    m = warp_max_float(m);
+    float part = 0.0f;
+#pragma unroll
+    for (int j = 0; j < n; ++j) {
+      weight[j] = j * W + lane < E ? expf(x[j] - m) : 0.0f;
+      part += weight[j];
+    }
+    total = warp_sum(part);
+#pragma unroll
+    for (int j = 0; j < n; ++j) {
+      if constexpr (!divide_late) weight[j] = weight[j] / total;
+      // Unbiased, the logits rank as the probabilities do (and break their rounding ties by tie order).
+      value[j] = kBiasAt == kBiasScores ? weight[j] + add[j] : x[j];
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < n; ++j) {
+      weight[j] = route_score(x[j]);
+      value[j] = kBiasAt != kBiasNone ? weight[j] + add[j] : weight[j];
+    }
+  }
+  uint64_t key[n];
+#pragma unroll
+  for (int j = 0; j < n; ++j) key[j] = j * W + lane < E ? warp_key(value[j], j * W + lane) : 0;
+  if constexpr (kGroups > 1) {  // grouped selection: only the experts of the kKeepGroups best groups compete
+    constexpr int per_group = E / kGroups;
+    static_assert(E % kGroups == 0, "groups of consecutive experts, equally many");
+    uint64_t gkey[kGroups];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      uint64_t b1 = 0, b2 = 0;  // this lane's two best keys of group g, then the warp's
+#pragma unroll
+      for (int j = 0; j < n; ++j) {
+        const uint64_t k = (j * W + lane) / per_group == g ? key[j] : 0;
+        b2 = k > b1 ? b1 : (k > b2 ? k : b2);
+        b1 = k > b1 ? k : b1;
+      }
+      const uint64_t k1 = warp_max_key(b1);
+      float score = key_value(k1);
+      if constexpr (kGroupScore == kGroupSumTop2) score += key_value(warp_max_key(b1 == k1 ? b2 : b1));
+      gkey[g] = (uint64_t(rank_key(score)) << 8) | uint64_t(255 - g);  // ties: the lower group wins
+    }
+    uint64_t kept = 0;  // a bit per kept group, the same in every lane
+#pragma unroll
+    for (int r = 0; r < kKeepGroups; ++r) {
+      int pick = 0;
+      uint64_t top = 0;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g)
+        if (!((kept >> g) & 1) && gkey[g] >= top) {
+          top = gkey[g];
+          pick = g;
+        }
+      kept |= uint64_t(1) << pick;
+    }
+#pragma unroll
+    for (int j = 0; j < n; ++j)
+      if (!((kept >> ((j * W + lane) / per_group)) & 1)) key[j] = 0;
+  }
+  uint64_t best = 0;
+#pragma unroll
+  for (int j = 0; j < n; ++j) best = key[j] > best ? key[j] : best;
+  const uint64_t threshold = k3::shfl(warp_sort_desc(best), K - 1);
+  uint32_t mine = 0;  // candidates of this lane: valid keys at or above the threshold
+#pragma unroll
+  for (int j = 0; j < n; ++j) mine += key[j] != 0 && key[j] >= threshold;
+  const uint32_t before = k3::warp_inclusive_scan(mine) - mine;
+  const uint32_t candidates = k3::shfl(before + mine, W - 1);
+  int my_id = 0;  // lane r keeps pick r
+  float my_weight = 0.0f;
+  if (candidates <= uint32_t(kWarpCandidates)) {
+    uint32_t slot = before;
+#pragma unroll
+    for (int j = 0; j < n; ++j) {
+      if (key[j] != 0 && key[j] >= threshold) {
+        ws.key[slot] = key[j];
+        ws.weight[slot] = weight[j];
+        ++slot;
+      }
+    }
+    warp_sync();
+    for (int i = lane; i < int(candidates); i += W) {  // rank among the candidates: the first K are the picks
+      const uint64_t k = ws.key[i];
+      int position = 0;
+#pragma unroll 8
+      for (int c = 0; c < int(candidates); ++c) position += ws.key[c] > k;
+      if (position < K) {
+        ws.picked_weight[position] = ws.weight[i];
+        ws.picked_id[position] = int(k & 0x7fffu);
+      }
+    }
+    warp_sync();
+    if (lane < K) {
+      my_id = ws.picked_id[lane];
+      my_weight = ws.picked_weight[lane];
+    }
+    warp_sync();  // the next token of this warp writes ws again
+  } else {
+    float best_weight = 0.0f;
+#pragma unroll
+    for (int j = 0; j < n; ++j)
+      if (key[j] == best) best_weight = weight[j];
+#pragma unroll 1
+    for (int r = 0; r < K; ++r) {
+      const uint64_t top = warp_max_key(best);
+      const int e = int(top & 0x7fffu);
+      const float w = k3::shfl(best_weight, e % W);
+      if (lane == r) {
+        my_id = e;
+        my_weight = w;
+      }
+      if (lane == e % W) {  // the lane that held it: its next best
+        best = 0;
+#pragma unroll
+        for (int j = 0; j < n; ++j) {
+          if (key[j] == top) key[j] = 0;
+          if (key[j] > best) {
+            best = key[j];
+            best_weight = weight[j];
+          }
+        }
+      }
+    }
+  }
+  if constexpr (divide_late) my_weight = my_weight / total;
+  if constexpr (kScoringAfter) {  // scored over the K picks only
+    if constexpr (kScoring == kScoringSoftmax) {
+      const float m = warp_max_float(lane < K ? my_weight : -INFINITY);
+      const float ex = lane < K ? expf(my_weight - m) : 0.0f;
+      float picked_total = 0.0f;
+#pragma unroll 8
+      for (int r = 0; r < K; ++r) picked_total += k3::shfl(ex, r);  // rank order, as the oracle adds
+      my_weight = ex / picked_total;
+    } else {
+      my_weight = route_score(my_weight);
+    }
+  }
+  float sum = 0.0f;  // rank order, one fp32 add at a time, as the oracle adds
+#pragma unroll 8
+  for (int r = 0; r < K; ++r) sum += k3::shfl(my_weight, r);
+  const float denom = renorm_denominator(sum, renormalize);
+  int slot = lane;  // by rank; unsorted: in expert-id order
+  if constexpr (!kSorted) {
+    slot = 0;
+#pragma unroll 8
+    for (int r = 0; r < K; ++r) slot += k3::shfl(my_id, r) < my_id;
+  }
+  if (lane < K) {
+    weights[slot] = my_weight / denom * scale;
+    ids[slot] = my_id;
   }
 }
 

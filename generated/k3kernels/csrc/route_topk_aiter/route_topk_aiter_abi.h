@@ -13,7 +13,7 @@ namespace k3_route_topk_aiter {
 
 constexpr int num_experts = 896;
 constexpr int top_k = 16;
-constexpr int max_tokens = 1024;
+constexpr int strategy = 1;
 constexpr int block_threads = 256;
 
 // One per library (an inline variable): the family's, or a variant's built alone for a first call.

@@ -8,18 +8,24 @@ int route_topk_e256__score_bf16__bias_bf16(const Args& a, k3_stream_t stream, ch
   constexpr int vec = 1;
   (void)vec;
   if (!(a.topk == 8)) return k3::fail(err, err_len, "route_topk_e256: gate `topk == top_k` failed");
-  if (!(a.M <= 1024)) return k3::fail(err, err_len, "route_topk_e256: gate `M <= max_tokens` failed");
+  if (!(a.M <= 2147483647)) return k3::fail(err, err_len, "route_topk_e256: gate `M <= 2147483647` failed");
   if (!((a.num_expert_group == 1) && (a.topk_group == 1))) return k3::fail(err, err_len, "route_topk_e256: gate `num_expert_group == 1 and topk_group == 1` failed");
   // Untuned (stale: specs/tuning/route_topk_e256.h200.yaml): the spec's default config for every M.
   static std::atomic<bool> said{false};
   switch (k3::untuned_config(tuning, said, "route_topk_e256",
-                             "route_topk_e256__score_bf16__bias_bf16 is untuned (stale in specs/tuning/route_topk_e256.h200.yaml); ran the spec's default config (block_threads=256); tune with `k3gen tune --family route_topk_e256`")) {
-    case 1:  // block_threads=128
-      return k3::status(launch<__nv_bfloat16, __nv_bfloat16, false, 1, /*block_threads=*/128>(a, stream), err, err_len, "route_topk_e256__score_bf16__bias_bf16");
-    case 2:  // block_threads=512
-      return k3::status(launch<__nv_bfloat16, __nv_bfloat16, false, 1, /*block_threads=*/512>(a, stream), err, err_len, "route_topk_e256__score_bf16__bias_bf16");
-    default:  // 0: block_threads=256, the spec's default
-      return k3::status(launch<__nv_bfloat16, __nv_bfloat16, false, 1, /*block_threads=*/256>(a, stream), err, err_len, "route_topk_e256__score_bf16__bias_bf16");
+                             "route_topk_e256__score_bf16__bias_bf16 is untuned (stale in specs/tuning/route_topk_e256.h200.yaml); ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_e256`")) {
+    case 1:  // strategy=1, block_threads=128
+      return k3::status(launch<__nv_bfloat16, __nv_bfloat16, false, 1, /*strategy=*/1, /*block_threads=*/128>(a, stream), err, err_len, "route_topk_e256__score_bf16__bias_bf16");
+    case 2:  // strategy=1, block_threads=512
+      return k3::status(launch<__nv_bfloat16, __nv_bfloat16, false, 1, /*strategy=*/1, /*block_threads=*/512>(a, stream), err, err_len, "route_topk_e256__score_bf16__bias_bf16");
+    case 3:  // strategy=2, block_threads=256
+      return k3::status(launch<__nv_bfloat16, __nv_bfloat16, false, 1, /*strategy=*/2, /*block_threads=*/256>(a, stream), err, err_len, "route_topk_e256__score_bf16__bias_bf16");
+    case 4:  // strategy=2, block_threads=128
+      return k3::status(launch<__nv_bfloat16, __nv_bfloat16, false, 1, /*strategy=*/2, /*block_threads=*/128>(a, stream), err, err_len, "route_topk_e256__score_bf16__bias_bf16");
+    case 5:  // strategy=2, block_threads=512
+      return k3::status(launch<__nv_bfloat16, __nv_bfloat16, false, 1, /*strategy=*/2, /*block_threads=*/512>(a, stream), err, err_len, "route_topk_e256__score_bf16__bias_bf16");
+    default:  // 0: strategy=1, block_threads=256, the spec's default
+      return k3::status(launch<__nv_bfloat16, __nv_bfloat16, false, 1, /*strategy=*/1, /*block_threads=*/256>(a, stream), err, err_len, "route_topk_e256__score_bf16__bias_bf16");
   }
 }
 
