@@ -48,6 +48,7 @@ elif [ "$MODE" = tune ]; then
   # (copy them into specs/tuning/ on the dev machine, then `k3gen build`).
   timeout "${TUNE_TIMEOUT:-400}" python3 -m k3gen tune $(if [ -n "${TUNE:-}" ]; then echo --family "${TUNE// /,}"; else echo --all; fi) \
     --out "$OUT/tuning" 2>&1 | tee "$OUT/tune.log"
+  mkdir -p "$OUT/tuning" && cp specs/tuning/*.yaml "$OUT/tuning/"  # what finished, should the timeout cut the rest
 else
   timeout "${BENCH_TIMEOUT:-500}" python3 bench/bench.py --out "$OUT" $(for f in ${BENCH:-}; do echo --family "$f"; done) \
     2>&1 | grep -v Warning | tee "$OUT/bench.log"

@@ -13,7 +13,7 @@ import pytest
 from k3gen.cli import main
 from k3gen.runtime.toolchain import compile_flags
 
-from support import copy_frozen_project
+from support import ROOT, copy_frozen_project
 
 
 @pytest.fixture
@@ -153,3 +153,69 @@ def test_drop_a_hip_arch_and_it_leaves_every_file_of_the_family(project, capsys)
     assert [p.relative_to(gen).as_posix() for p in family if "gfx950" in p.read_text()] == []
     assert main(["--root", str(project), "list", "--family", "per_token_group_quant"]) == 0
     assert "gfx950" not in capsys.readouterr().out
+
+
+# A new model's router (issue 24): 288 experts, top-8, softmax over the row, renormalized. The spec
+# is the whole change; the route template, its limits and its oracle serve it as they are.
+NEW_ROUTER = """\
+kernel: route_e288
+summary: "a 288-expert top-8 softmax router"
+template: route_topk
+targets:
+  cuda: [sm_90a]
+  hip: [gfx942]
+constants: {num_experts: 288, top_k: 8, strategy: 2, block_threads: 128}
+routing: {scoring: softmax, bias: none}
+dtypes:
+  axes:
+    score: [bf16, fp32]
+flags:
+  pdl: {archs: [sm_90a]}
+vector: {elements: 1}
+signature:
+  dims: {M: "scores.shape[0]"}
+  tensors:
+    scores: {dtype: score, shape: [M, num_experts], layout: rows}
+    out_weights: {dtype: fp32, shape: [M, top_k], output: true}
+    out_ids: {dtype: i32, shape: [M, top_k], output: true}
+  scalars:
+    topk: {type: i32}
+    num_expert_group: {type: i32, optional: true, default: 1}
+    topk_group: {type: i32, optional: true, default: 1}
+    renormalize: {type: i32, optional: true, default: 1}
+    routed_scaling_factor: {type: f32, optional: true, default: 1.0}
+gates:
+  - {check: "topk == top_k", reason: "K is compiled in"}
+  - {check: "num_expert_group == 1 and topk_group == 1", reason: "no expert grouping"}
+oracle: k3gen.oracles.route_topk
+tests:
+  dims: {M: [1, 16, 300]}
+  layouts: [dense, strided]
+  cases: [all_equal, ties_at_k, tie_straddles_k, score_formula, nan, signed_zero, renormalize_off, scaling_factor]
+  rejects: {wrong_topk: 0, expert_groups: 1}
+"""
+
+
+def test_a_new_router_is_a_spec(project, capsys):
+    """Add the spec, build: its kernel compiles and its generated CPU tests (the fake-tensor outputs
+    against the oracle, the refused CPU tensor) pass; the GPU ones skip here and run on a GPU."""
+    import sys
+
+    (project / "specs" / "route_e288.yaml").write_text(NEW_ROUTER)
+    out = build(project, capsys)
+    assert "generated/k3kernels/csrc/route_e288/route_e288__score_bf16.cu" in out
+    header = read(project, "k3kernels/csrc/route_e288/route_e288.cuh")
+    assert "constexpr int kScoring = kScoringSoftmax;" in header and "constexpr int kBiasAt = kBiasNone;" in header
+    assert '"scoring": "softmax"' in read(project, "tests/test_route_e288.py")
+    compile_units(project, "route_e288", ["route_e288__score_bf16.cu", "dispatch.cu"])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(project / "generated"), str(ROOT)]))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "generated/tests/test_route_e288.py"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert " 0 passed" not in done.stdout and "passed" in done.stdout, done.stdout[-500:]

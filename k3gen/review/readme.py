@@ -113,14 +113,86 @@ def host_section(root: Path) -> str:
     return "\n".join([f"`{RESULTS}/host.json` ({said}; in parentheses: × torch.sigmoid):", "", *out]) + "\n"
 
 
+def routers_section(root: Path) -> str:
+    """The bundled routers (every spec of a routing template that declares `routing:`): what each
+    computes, from its spec, and what its call refuses (its gates)."""
+    from k3gen.plan import resolve_all
+    from k3gen.spec.load import load_specs
+
+    out = [
+        "| router (spec) | E | K | scoring | selection bias | groups | renormalize (default) | scale (default) "
+        "| output | score × bias dtypes | serves a call only if |",
+        "|" + " --- |" * 11,
+    ]
+    for p in resolve_all(load_specs(root), root):
+        s = p.spec
+        if p.route is None or s.routing is None:
+            continue
+        r, scalars = p.route, s.signature.scalars
+        scoring = f"{r.scoring} {'after' if r.scoring_at == 'after' else 'before'} the top-K"
+        bias = {"scores": "on the scores", "logits": "on the logits", "none": "none"}[r.bias]
+        groups = f"{r.groups.count}, keep {r.groups.keep} ({r.groups.score})" if r.groups else "none"
+        renorm = {
+            "positive": "w / sum",
+            "add_eps": f"w / (sum + {r.renorm_eps:g})",
+            "clamp": f"w / max(sum, {r.renorm_eps:g})",
+        }
+        default = "on" if scalars["renormalize"].default else "off"
+        dtypes = ", ".join(" × ".join(c) for c in s.dtypes.generated_cells())
+        refuses = " and ".join(f"`{g.check}`" for g in s.gates)
+        out.append(
+            f"| [{s.kernel}](specs/{s.kernel}.yaml) | {s.constants['num_experts']} | {s.constants['top_k']} | "
+            f"{scoring} | {bias} | {groups} | {renorm[r.renormalize]} ({default}) | "
+            f"{scalars['routed_scaling_factor'].default:g} | {'by rank' if r.sorted else 'by expert id'} | {dtypes} "
+            f"| {refuses} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def routers_speed_section(root: Path) -> str:
+    """Every bundled router against its goal (`bench/results/routers.json`): µs at each M, the goal
+    (SGLang's router measured on the same H200, or the issue's stricter target), × torch.compile of
+    the model's own routing code; met where below the goal and (M <= 1024) at least 5× compile."""
+    data = _results(root, "routers")
+    if data is None:
+        return f"No committed results (`{RESULTS}/routers.json`).\n"
+    rows = data["rows"]
+    ms = sorted({r["M"] for r in rows})
+    by = {(r["family"], r["M"]): r for r in rows}
+    out = ["| router | " + " | ".join(f"M = {m}" for m in ms) + " |", "|" + " --- |" * (len(ms) + 1)]
+    for name in dict.fromkeys(r["family"] for r in rows):
+        cells = []
+        for m in ms:
+            r = by.get((name, m))
+            if r is None:
+                cells.append("—")
+                continue
+            goal = r.get("goal_us")
+            met = (goal is None or r["us"] < goal) and (m > 1024 or r["speedup_vs_compile"] >= 5.0)
+            said = f"goal < {_us(goal)}" if goal is not None else "no goal"
+            cells.append(
+                f"{_us(r['us'])} µs ({said}), {r['speedup_vs_compile']:.1f}× compile: {'met' if met else '**missed**'}"
+            )
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    meta = data.get("meta", {})
+    said = f"{meta.get('device', '?')}, torch {meta.get('torch', '?')}; {meta.get('method', '')}".rstrip("; ")
+    return "\n".join([f"`{RESULTS}/routers.json` ({said}; bf16 scores):", "", *out]) + "\n"
+
+
 def render_section(root: Path, name: str) -> str:
     if name == "compile":
         return compile_section(root)
+    if name == "routers":
+        return routers_section(root)
+    if name == "routers_speed":
+        return routers_speed_section(root)
     if name == "host":
         return host_section(root)
     if name.startswith("bench_"):
         return bench_section(root, name.removeprefix("bench_"))
-    raise ValueError(f"{README}: no figures section '{name}'; known: compile, host, bench_<family>")
+    raise ValueError(
+        f"{README}: no figures section '{name}'; known: compile, host, routers, routers_speed, bench_<family>"
+    )
 
 
 def render(root: Path, text: str) -> str:
