@@ -10,8 +10,42 @@
 #include <type_traits>  // std::is_same: the dtype limits' static_asserts (k3gen.spec.meaning.limits)
 
 #if defined(__HIP__) || defined(__HIPCC__)
+// Debian's HIP 5.2 headers (libamdhip64-dev 5.2.3) under clang >= 22, the first Debian clang that
+// knows gfx950: the headers take two things from the compiler that clang 22 no longer provides.
+// Only HIP 5.2 is matched, and each fix applies only where its piece is missing, so ROCm's own
+// clang and other HIP releases compile exactly as before.
+#if defined(__clang__) && __has_include(<hip/hip_version.h>)
+#include <hip/hip_version.h>
+#if HIP_VERSION_MAJOR == 5 && HIP_VERSION_MINOR == 2
+// amd_warp_functions.h sets `constexpr int warpSize = __AMDGCN_WAVEFRONT_SIZE`; clang 22 dropped the
+// macro, and __builtin_amdgcn_wavefrontsize() is not a constant expression. 64 is what older clangs
+// said in the host pass and for every gfx9 (wave64, like K3_WARP_SIZE below); a wave32 target must
+// not get a guess.
+#if !defined(__AMDGCN_WAVEFRONT_SIZE)
+#if defined(__HIP_DEVICE_COMPILE__) && !defined(__GFX9__)
+#error "k3gen: HIP 5.2 headers need __AMDGCN_WAVEFRONT_SIZE, unset by this clang; k3gen's HIP is wave64 (gfx9) only"
+#endif
+#define __AMDGCN_WAVEFRONT_SIZE 64
+#endif
+// amd_hip_fp16.h's hrcp/h2rcp call __llvm_amdgcn_rcp_f16/_2f16, which clang's HIP wrapper declared
+// until clang 22. The macros point only those calls at k3's own definitions (the same 1/x), so
+// nothing clashes with a clang that still has them.
+#if __clang_major__ >= 22 && defined(__CLANG_HIP_RUNTIME_WRAPPER_INCLUDED__)
+__device__ inline _Float16 k3_hip52_rcp_f16(_Float16 x) { return ((_Float16)1.0f) / x; }
+__device__ inline __2f16 k3_hip52_rcp_2f16(__2f16 x) { return ((__2f16)1.0f) / x; }
+#define __llvm_amdgcn_rcp_f16 k3_hip52_rcp_f16
+#define __llvm_amdgcn_rcp_2f16 k3_hip52_rcp_2f16
+#define K3_HIP52_RCP 1
+#endif
+#endif
+#endif
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
+#if defined(K3_HIP52_RCP)  // the renaming ends with the HIP headers
+#undef __llvm_amdgcn_rcp_f16
+#undef __llvm_amdgcn_rcp_2f16
+#undef K3_HIP52_RCP
+#endif
 #define K3_HIP 1
 #define K3_WARP_SIZE 64
 typedef hipStream_t k3_stream_t;
@@ -267,7 +301,9 @@ struct DeviceScope {
   int prev = -1;
   explicit DeviceScope(int device) {
 #if K3_HIP
-    if (hipGetDevice(&prev) == hipSuccess && prev != device) hipSetDevice(device); else prev = -1;
+    // hipSetDevice is [[nodiscard]] in HIP's headers; a device that could not be made current
+    // leaves nothing to put back.
+    if (hipGetDevice(&prev) != hipSuccess || prev == device || hipSetDevice(device) != hipSuccess) prev = -1;
 #else
     if (cudaGetDevice(&prev) == cudaSuccess && prev != device) cudaSetDevice(device); else prev = -1;
 #endif
