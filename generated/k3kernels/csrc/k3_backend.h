@@ -10,8 +10,8 @@
 #include <type_traits>  // std::is_same: the dtype limits' static_asserts (k3gen.spec.meaning.limits)
 
 #if defined(__HIP__) || defined(__HIPCC__)
-// Debian's HIP 5.2 headers (libamdhip64-dev 5.2.3) under clang >= 22, the first Debian clang that
-// knows gfx950: the headers take two things from the compiler that clang 22 no longer provides.
+// Debian's HIP 5.2 headers (libamdhip64-dev 5.2.3) under clang >= 22 (clang-22 is Debian 12's only
+// clang that knows gfx950): the headers take two things from the compiler that clang 22 dropped.
 // Only HIP 5.2 is matched, and each fix applies only where its piece is missing, so ROCm's own
 // clang and other HIP releases compile exactly as before.
 #if defined(__clang__) && __has_include(<hip/hip_version.h>)
