@@ -112,7 +112,7 @@ def fake_cc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         "K3GEN_JOBS": "2",
     }.items():
         monkeypatch.setenv(name, str(value))
-    for name in ("K3GEN_NO_JIT", "FAKE_CC_VERSION", "FAKE_CC_FAIL", "FAKE_CC_SLEEP_LINK"):
+    for name in ("K3GEN_NO_JIT", "K3GEN_ROCM_PATH", "FAKE_CC_VERSION", "FAKE_CC_FAIL", "FAKE_CC_SLEEP_LINK"):
         monkeypatch.delenv(name, raising=False)
     clear_toolchain_caches()
     yield FakeCC(script, log, monkeypatch)

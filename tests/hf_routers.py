@@ -51,13 +51,17 @@ def _deepseek_v3(e, k, n_group, topk_group, scale):
     return _identity(DeepseekV3TopkRouter(cfg))
 
 
-def deepseek_v3(logits, bias, k, n_group, topk_group, scale):
-    """DeepseekV3TopkRouter (DeepSeek-V3/R1; Kimi-K2 is this architecture with one group)."""
-    router = _deepseek_v3(logits.shape[1], k, n_group, topk_group, scale)
+def _with_correction_bias(router, logits, bias):
+    """A router that holds its selection bias as `e_score_correction_bias`, called on the logits."""
     with torch.no_grad():
         router.e_score_correction_bias.copy_(bias)
         _, w, ids = router(logits)
     return w.float(), ids
+
+
+def deepseek_v3(logits, bias, k, n_group, topk_group, scale):
+    """DeepseekV3TopkRouter (DeepSeek-V3/R1; Kimi-K2 is this architecture with one group)."""
+    return _with_correction_bias(_deepseek_v3(logits.shape[1], k, n_group, topk_group, scale), logits, bias)
 
 
 @functools.cache
@@ -71,11 +75,7 @@ def _glm45(e, k, scale):
 
 
 def glm45(logits, bias, k, scale):
-    router = _glm45(logits.shape[1], k, scale)
-    with torch.no_grad():
-        router.e_score_correction_bias.copy_(bias)
-        _, w, ids = router(logits)
-    return w.float(), ids
+    return _with_correction_bias(_glm45(logits.shape[1], k, scale), logits, bias)
 
 
 @functools.cache
@@ -90,11 +90,7 @@ def _deepseek_v4(e, k, scale):
 
 def deepseek_v4(logits, bias, k, scale):
     """DeepseekV4TopKRouter: the score-routed layers (the first ones route by a hash table)."""
-    router = _deepseek_v4(logits.shape[1], k, scale)
-    with torch.no_grad():
-        router.e_score_correction_bias.copy_(bias)
-        _, w, ids = router(logits)
-    return w.float(), ids
+    return _with_correction_bias(_deepseek_v4(logits.shape[1], k, scale), logits, bias)
 
 
 @functools.cache

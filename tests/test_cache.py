@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from k3gen.runtime import K3BuildError, K3ToolchainMissing
 from k3gen.runtime.artifact import LIB, RECORD, jit_entry_name
 from k3gen.runtime.cache import BuildRequest, ensure_built
+from k3gen.runtime.toolchain import find_compiler
 
 from fake_cc import build_in_child
 from support import ROOT
@@ -260,6 +261,27 @@ def test_no_compiler_anywhere_names_the_variable(fake_cc, csrc, tmp_path):
     fake_cc.set("ROCM_PATH", str(tmp_path / "no-rocm"))
     with pytest.raises(K3ToolchainMissing, match=r"hipcc or clang\+\+ \(ROCm\) not found.*K3GEN_HIPCC"):
         ensure_built(request(csrc, "gfx942", ()))
+
+
+def test_a_rocm_install_comes_before_a_bare_clang(fake_cc, tmp_path):
+    """Only ROCm brings the device libraries a HIP library links: its hipcc (K3GEN_ROCM_PATH, hipcc on
+    PATH, $ROCM_PATH or /opt/rocm) is taken before a Debian clang on PATH."""
+    rocm, bin_dir = tmp_path / "rocm", tmp_path / "bin"
+    (rocm / "bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    shutil.copy(fake_cc.path, rocm / "bin" / "hipcc")
+    shutil.copy(fake_cc.path, bin_dir / "clang++-19")
+    fake_cc.set("K3GEN_HIPCC", None)
+    fake_cc.set("PATH", str(bin_dir))
+    fake_cc.set("ROCM_PATH", str(rocm))
+    assert find_compiler("hip") == str(rocm / "bin" / "hipcc")
+    fake_cc.set("ROCM_PATH", str(tmp_path / "no-rocm"))
+    assert find_compiler("hip") == str(bin_dir / "clang++-19")
+    fake_cc.set("K3GEN_ROCM_PATH", str(rocm))
+    assert find_compiler("hip") == str(rocm / "bin" / "hipcc")
+    fake_cc.set("K3GEN_ROCM_PATH", str(tmp_path / "not-rocm"))  # named, so never silently replaced
+    with pytest.raises(K3ToolchainMissing, match=r"K3GEN_ROCM_PATH=.*not-rocm holds no bin/hipcc"):
+        find_compiler("hip")
 
 
 def test_a_compiler_variable_naming_nothing_says_so(fake_cc, csrc, tmp_path):

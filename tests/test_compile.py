@@ -1,12 +1,14 @@
 """Compile every generated translation unit, for every arch the specs declare.
 
 CUDA: each family's units (FamilyPlan.sources) with nvcc and exactly the runtime's flags
-(k3gen.runtime.toolchain.compile_flags) for each CUDA arch of the spec. HIP: device code only, with
-clang++-19, for each HIP arch that clang knows; an arch it does not know is a skip that says so,
-never a pass. One ninja run per session builds every cell on all cores; each (family, backend, arch)
-is then its own test, whose failure names the translation unit and shows the compiler's output.
+(k3gen.runtime.toolchain.compile_flags) for each CUDA arch of the spec. HIP: device code only
+(k3gen.runtime.toolchain.device_only_flags: no ROCm here), each HIP arch with the first clang of
+HIP_CLANGS that knows it; an arch none of them knows is a skip that says so, never a pass. One ninja
+run per session builds every cell on all cores; each (family, backend, arch) is then its own test,
+whose failure names the translation unit and shows the compiler's output.
 
-No compiler: skip, except under CI (env CI set), where a missing compiler is a failure.
+No compiler: skip, except under CI (env CI set), where a missing compiler is a failure, and so is a
+HIP arch compiled otherwise than the support matrix says (k3gen.render.support.HIP_COMPILED_IN_CI).
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ from pathlib import Path
 import pytest
 
 from k3gen.plan import resolve_all
+from k3gen.render.support import HIP_COMPILED_IN_CI
 from k3gen.runtime.errors import K3ToolchainMissing
-from k3gen.runtime.toolchain import compile_flags, find_compiler, find_ninja
+from k3gen.runtime.toolchain import compile_flags, device_only_flags, find_compiler, find_ninja
 from k3gen.spec.load import load_specs
 
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "generated" / "k3kernels" / "csrc"
-HIP_CLANG = "clang++-19"
+# In order: each HIP arch is compiled by the first that knows it (clang-19 predates gfx950); each is
+# the Debian package named without "++", which .ci/run installs.
+HIP_CLANGS = ("clang++-19", "clang++-22")
 # What clang says when --offload-arch names a processor it was not built to know.
 UNKNOWN_ARCH = re.compile(r"invalid target ID|unknown target|unsupported .*gpu architecture", re.I)
 NINJA_TIMEOUT_S = 1800  # a hung compiler fails the session instead of eating CI's 90 minutes
@@ -88,26 +93,43 @@ def _probe_hip_arch(clang: str, arch: str, work: Path) -> Cell | None:
     know arch, a failure for any other error (a broken toolchain must never pass as a skip)."""
     src = work / "probe.hip"
     src.write_text("__global__ void k3_probe(int* p) { *p = 1; }\n")
-    cmd = [
-        clang,
-        "-x",
-        "hip",
-        f"--offload-arch={arch}",
-        "--cuda-device-only",
-        "-nogpulib",
-        "-O3",
-        "-std=c++17",
-        "-S",
-        str(src),
-        "-o",
-        str(work / f"probe_{arch}.s"),
-    ]
+    cmd = [clang, *device_only_flags(arch), "-S", str(src), "-o", str(work / f"probe_{arch}_{Path(clang).name}.s")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode == 0:
         return None
     if UNKNOWN_ARCH.search(proc.stderr):
         return Cell(skip=f"{_clang_name(clang)} does not know {arch}")
     return Cell(error=f"probing {arch}: {shlex.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+
+
+def _pick_hip_clang(arch: str, work: Path) -> tuple[str | None, Cell | None]:
+    """(the first clang of HIP_CLANGS that compiles device code for arch, None), or (None, the cell
+    saying why none does): a clang that might know arch but is not installed makes it `missing`."""
+    skips, absent = [], []
+    for name in HIP_CLANGS:
+        clang = shutil.which(name)
+        if clang is None:
+            absent.append(f"{name} not found (apt-get install {name.replace('++', '')})")
+            continue
+        cell = _probe_hip_arch(clang, arch, work)
+        if cell is None:
+            return clang, None
+        if cell.error:
+            return None, cell
+        skips.append(cell.skip)
+    return None, Cell(skip="; ".join(skips + absent), missing=bool(absent))
+
+
+def _as_claimed(arch: str, clang: str | None, why: Cell | None) -> Cell | None:
+    """Under CI, a cell failing when the support matrix says otherwise than what compiled arch."""
+    claimed, used = HIP_COMPILED_IN_CI.get(arch), Path(clang).name if clang else None
+    if not IN_CI or claimed == used or (why and (why.missing or why.error)):  # those fail on their own
+        return None
+    here = used or f"nothing ({why.skip})"
+    return Cell(
+        error=f"k3gen/render/support.py says CI compiles {arch} with {claimed or 'nothing'}, but here it is "
+        f"{here}: fix .ci/run or HIP_COMPILED_IN_CI (and the README's support matrix)"
+    )
 
 
 def _units(p, backend: str, arch: str, compiler: str, out_dir: Path) -> list[Unit]:
@@ -121,22 +143,7 @@ def _units(p, backend: str, arch: str, compiler: str, out_dir: Path) -> list[Uni
             cmd = [compiler, *compile_flags(arch, defines, CSRC), "-c", str(src), "-o", str(out)]
         else:
             out = out_dir / f"{Path(name).stem}.s"
-            cmd = [
-                compiler,
-                "-x",
-                "hip",
-                f"--offload-arch={arch}",
-                "--cuda-device-only",
-                "-nogpulib",
-                "-O3",
-                "-std=c++17",
-                *defines,
-                f"-I{CSRC}",
-                "-S",
-                str(src),
-                "-o",
-                str(out),
-            ]
+            cmd = [compiler, *device_only_flags(arch), *defines, f"-I{CSRC}", "-S", str(src), "-o", str(out)]
         units.append(Unit(src, out, cmd))
     return units
 
@@ -173,22 +180,23 @@ def compiled(tmp_path_factory) -> dict[str, Cell]:
     """Compile every cell in one ninja run; map each cell id to its units or its skip reason."""
     work = tmp_path_factory.mktemp("k3gen-compile")
     nvcc = _nvcc()
-    clang = shutil.which(HIP_CLANG)
-    probes: dict[str, Cell | None] = {}
+    hip: dict[str, tuple[str | None, Cell | None]] = {}  # arch -> (its clang, or the cell saying why none)
     cells: dict[str, Cell] = {}
     for cell in CELLS:
         family, backend, arch = cell
         cid = _cell_id(cell)
-        compiler = nvcc if backend == "cuda" else clang
-        if compiler is None:
-            what = "nvcc (the CUDA toolkit)" if backend == "cuda" else f"{HIP_CLANG} (apt-get install clang-19)"
-            cells[cid] = Cell(skip=f"{what} not found", missing=True)
-            continue
-        if backend == "hip":
-            if arch not in probes:
-                probes[arch] = _probe_hip_arch(clang, arch, work)
-            if probes[arch]:
-                cells[cid] = probes[arch]
+        if backend == "cuda":
+            compiler = nvcc
+            if compiler is None:
+                cells[cid] = Cell(skip="nvcc (the CUDA toolkit) not found", missing=True)
+                continue
+        else:
+            if arch not in hip:
+                clang, why = _pick_hip_clang(arch, work)
+                hip[arch] = (clang, _as_claimed(arch, clang, why) or why)
+            compiler, why = hip[arch]
+            if why:
+                cells[cid] = why
                 continue
         out_dir = work / cid
         out_dir.mkdir()

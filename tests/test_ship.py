@@ -165,15 +165,47 @@ def test_hip_without_rocm_device_libs_says_what_is_missing_in_one_line(fake_cc, 
     with pytest.raises(K3ToolchainMissing) as err:
         ensure_built(wrapper(proj, "situ_and_mul").request("gfx942"))
     text = str(err.value)
-    assert "\n" not in text and "needs the ROCm device libraries" in text and "rocm-device-libs" in text
+    assert "\n" not in text and "needs the ROCm device libraries" in text and f"which {CLANG} did not find" in text
+    _names_what_works(text, f"{Path(CLANG).name} -x hip --offload-arch=gfx942 --cuda-device-only -nogpulib")
     assert compile_(proj, "--family", "situ_and_mul", "--arch", "gfx942") == 1
-    err_text = capfd.readouterr().err
-    assert err_text.count("cannot find ROCm device library") == 1, err_text  # once, in our line
-    assert "needs the ROCm device libraries" in err_text
+    captured = capfd.readouterr()
+    assert captured.err.count("cannot find ROCm device library") == 1, captured.err  # once, in our line
+    # Said before building: no unit ran, and the line names what was not built.
+    assert "k3gen compile: gfx942: nothing built (situ_and_mul): building for gfx942 needs" in captured.err
+    assert "[1/" not in captured.out + captured.err
+
+
+def _names_what_works(line: str, device_only: str) -> None:
+    """The ROCm advice: what to install that works, why Debian's package does not, what CI compiles."""
+    for words in (
+        "install ROCm under /opt/rocm, or set K3GEN_ROCM_PATH",
+        "Debian's rocm-device-libs (5.2.3) is not enough",
+        "/usr/lib/<multiarch>/amdgcn/bitcode, where clang does not look, and has none for gfx942 or gfx950",
+        device_only,
+    ):
+        assert words in line, words
+
+
+@pytest.mark.skipif(not CLANG and not IN_CI, reason="clang++-19 not installed")
+def test_an_arch_the_hip_compiler_does_not_know_is_one_line_before_any_build(fake_cc, proj, capfd):
+    fake_cc.set("K3GEN_HIPCC", CLANG)  # clang 19 predates gfx950
+    assert compile_(proj, "--arch", "gfx950") == 1
+    captured = capfd.readouterr()
+    lines = (captured.out + captured.err).splitlines()
+    assert len(lines) == 1, lines  # not one ninja failure per unit
+    assert lines[0].startswith(
+        f"k3gen compile: gfx950: nothing built (route_topk, situ_and_mul): {CLANG} does not know gfx950 "
+        "(clang: \"invalid target ID 'gfx950'\"); a gfx950 library needs a ROCm whose clang knows it"
+    ), lines[0]
+    _names_what_works(lines[0], "with a clang that knows gfx950 (clang++-NN -x hip --offload-arch=gfx950")
+    assert not (proj / "aot").exists()  # not even its folder: nothing ran
 
 
 def test_explain_failure_leaves_other_errors_alone():
     assert explain_failure("error: expected ';'", "gfx942") is None
+    # nvcc's unknown arch is no HIP toolchain problem; clang's for another arch is not this one's
+    assert explain_failure("nvcc fatal   : Unsupported gpu architecture 'compute_100a'", "sm_100a") is None
+    assert explain_failure("error: invalid target ID 'gfx950'", "gfx942") is None
 
 
 def _free_port() -> int:

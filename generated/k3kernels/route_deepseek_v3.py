@@ -56,8 +56,8 @@ SOURCES = {
     ],
 }
 HEADERS = {
-    "cuda": ["route_deepseek_v3.cuh", "route_deepseek_v3_abi.h", "../k3_backend.h"],
-    "hip": ["route_deepseek_v3.cuh", "route_deepseek_v3_abi.h", "../k3_backend.h"],
+    "cuda": ["route_deepseek_v3.cuh", "route_deepseek_v3_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
+    "hip": ["route_deepseek_v3.cuh", "route_deepseek_v3_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
 }
 ARCH_DEFINES = {"sm_90a": ["-DK3_PDL=1"], "sm_100a": ["-DK3_PDL=1"], "gfx942": ["-DK3_PDL=0"], "gfx950": ["-DK3_PDL=0"]}
 # Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.

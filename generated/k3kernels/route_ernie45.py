@@ -47,8 +47,8 @@ SOURCES = {
     "hip": ["route_ernie45__score_bf16__bias_fp32.hip", "route_ernie45__score_fp32__bias_fp32.hip", "dispatch.hip"],
 }
 HEADERS = {
-    "cuda": ["route_ernie45.cuh", "route_ernie45_abi.h", "../k3_backend.h"],
-    "hip": ["route_ernie45.cuh", "route_ernie45_abi.h", "../k3_backend.h"],
+    "cuda": ["route_ernie45.cuh", "route_ernie45_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
+    "hip": ["route_ernie45.cuh", "route_ernie45_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
 }
 ARCH_DEFINES = {"sm_90a": ["-DK3_PDL=1"], "sm_100a": ["-DK3_PDL=1"], "gfx942": ["-DK3_PDL=0"], "gfx950": ["-DK3_PDL=0"]}
 # Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.

@@ -46,8 +46,8 @@ SOURCES = {
     "hip": ["route_llama4_maverick__score_bf16.hip", "route_llama4_maverick__score_fp32.hip", "dispatch.hip"],
 }
 HEADERS = {
-    "cuda": ["route_llama4_maverick.cuh", "route_llama4_maverick_abi.h", "../k3_backend.h"],
-    "hip": ["route_llama4_maverick.cuh", "route_llama4_maverick_abi.h", "../k3_backend.h"],
+    "cuda": ["route_llama4_maverick.cuh", "route_llama4_maverick_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
+    "hip": ["route_llama4_maverick.cuh", "route_llama4_maverick_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
 }
 ARCH_DEFINES = {"sm_90a": ["-DK3_PDL=1"], "sm_100a": ["-DK3_PDL=1"], "gfx942": ["-DK3_PDL=0"], "gfx950": ["-DK3_PDL=0"]}
 # Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.

@@ -73,8 +73,8 @@ SOURCES = {
     ],
 }
 HEADERS = {
-    "cuda": ["route_quant_fused.cuh", "route_quant_fused_abi.h", "../k3_backend.h"],
-    "hip": ["route_quant_fused.cuh", "route_quant_fused_abi.h", "../k3_backend.h"],
+    "cuda": ["route_quant_fused.cuh", "route_quant_fused_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
+    "hip": ["route_quant_fused.cuh", "route_quant_fused_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
 }
 ARCH_DEFINES = {
     "sm_90a": ["-DK3_PDL=1"],

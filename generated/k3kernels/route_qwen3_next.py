@@ -46,8 +46,8 @@ SOURCES = {
     "hip": ["route_qwen3_next__score_bf16.hip", "route_qwen3_next__score_fp32.hip", "dispatch.hip"],
 }
 HEADERS = {
-    "cuda": ["route_qwen3_next.cuh", "route_qwen3_next_abi.h", "../k3_backend.h"],
-    "hip": ["route_qwen3_next.cuh", "route_qwen3_next_abi.h", "../k3_backend.h"],
+    "cuda": ["route_qwen3_next.cuh", "route_qwen3_next_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
+    "hip": ["route_qwen3_next.cuh", "route_qwen3_next_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
 }
 ARCH_DEFINES = {"sm_90a": ["-DK3_PDL=1"], "sm_100a": ["-DK3_PDL=1"], "gfx942": ["-DK3_PDL=0"], "gfx950": ["-DK3_PDL=0"]}
 # Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.

@@ -62,8 +62,8 @@ SOURCES = {
     ],
 }
 HEADERS = {
-    "cuda": ["route_topk_e256.cuh", "route_topk_e256_abi.h", "../k3_backend.h"],
-    "hip": ["route_topk_e256.cuh", "route_topk_e256_abi.h", "../k3_backend.h"],
+    "cuda": ["route_topk_e256.cuh", "route_topk_e256_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
+    "hip": ["route_topk_e256.cuh", "route_topk_e256_abi.h", "../k3_hip_compat.h", "../k3_backend.h"],
 }
 ARCH_DEFINES = {"sm_90a": ["-DK3_PDL=1"], "sm_100a": ["-DK3_PDL=1"], "gfx942": ["-DK3_PDL=0"]}
 # Each tensor argument: (name, rank, "input" | "optional" | "output"), inputs first.

@@ -121,7 +121,10 @@ def resolve_family(ls: LoadedSpec, root: Path, lenient_tables: bool = False) -> 
         routing=tuple(_routing(s, b) for b in backends) if routing.declares_routing(s) else None,
         route=effective_routing(s) if routing.declares_routing(s) else None,
         sources={b: (*(f"{v.name}.{TU_EXT[b]}" for v in variants), f"dispatch.{TU_EXT[b]}") for b in backends},
-        headers={b: (KERNEL_HEADER.format(name=s.kernel), f"{s.kernel}_abi.h", "../k3_backend.h") for b in backends},
+        headers={
+            b: (KERNEL_HEADER.format(name=s.kernel), f"{s.kernel}_abi.h", "../k3_hip_compat.h", "../k3_backend.h")
+            for b in backends
+        },
         defines={
             a: tuple(f"-DK3_{f.upper()}={int(a in (s.flags[f].archs or []))}" for f in arch_flags)
             for b in backends

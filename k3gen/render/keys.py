@@ -36,6 +36,10 @@ from k3gen.spec.errors import SpecError, SpecErrors
 
 CSRC = "k3kernels/csrc"  # under generated/
 BACKEND_HEADER = f"{CSRC}/k3_backend.h"
+# HIP's headers under every supported clang (included first by each family's ABI header): part of
+# every library's key like the backend header, and of no CUDA tuning table's identity (nvcc reads
+# none of it).
+HIP_COMPAT_HEADER = f"{CSRC}/k3_hip_compat.h"
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
 
     backend_header = _render(env, "common/k3_backend.h.j2", None)
     put(keys.BACKEND_HEADER, backend_header)
+    put(keys.HIP_COMPAT_HEADER, _render(env, "common/k3_hip_compat.h.j2", None))
     errors = []
     for p in plans:
         try:

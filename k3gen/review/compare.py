@@ -78,7 +78,8 @@ def _files_of(files: dict[str, str], families: set[str]) -> dict[str, str]:
             for f in families
         )
 
-    return {p: t for p, t in files.items() if mine(p) or p == "k3kernels/csrc/k3_backend.h"}
+    shared = ("k3kernels/csrc/k3_backend.h", "k3kernels/csrc/k3_hip_compat.h")
+    return {p: t for p, t in files.items() if mine(p) or p in shared}
 
 
 def _library_changes(old: list[identity.Library], new: list[identity.Library]) -> list[LibraryChange]:

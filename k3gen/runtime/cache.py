@@ -309,6 +309,6 @@ def _build(req: BuildRequest, build_dir: Path) -> None:
     proc = ninja.run(build_dir, default_jobs(len(req.sources), req.arch)[0], capture=True)
     if proc.returncode != 0:
         output = proc.stdout + proc.stderr
-        if missing := explain_failure(output, req.arch):  # one line instead of one raw message per unit
+        if missing := explain_failure(output, req.arch, req.commands()[0]):  # one line, not one per unit
             raise K3ToolchainMissing(missing)
         raise K3BuildError(f"k3gen: building {req.family} for {req.arch} failed:\n{output}")

@@ -336,9 +336,20 @@ def compile_targets(
     from k3gen.runtime import jobs as jobs_rule
     from k3gen.runtime import ninja
     from k3gen.runtime.files import locked
-    from k3gen.runtime.toolchain import explain_failure
+    from k3gen.runtime.toolchain import explain_failure, explain_hip_arch
 
     start = time.perf_counter()
+    # A HIP arch its compiler cannot build a library for (an arch it does not know, no ROCm device
+    # libraries) is one line per arch before any unit runs, instead of one failure per unit.
+    hip_archs = sorted({(t.request.arch, t.compiler) for t in targets if t.request.backend == "hip"})
+    unbuildable = {arch: why for arch, cc in hip_archs if (why := explain_hip_arch(cc, arch))}
+    for arch, why in unbuildable.items():
+        families = ", ".join(dict.fromkeys(t.request.family for t in targets if t.request.arch == arch))
+        print(f"k3gen compile: {arch}: nothing built ({families}): {why.removeprefix('k3gen: ')}", file=sys.stderr)
+    skipped = [t.entry for t in targets if t.request.arch in unbuildable]
+    targets = [t for t in targets if t.request.arch not in unbuildable]
+    if not targets:
+        return 1
     out.mkdir(parents=True, exist_ok=True)
     archs = sorted({t.request.arch for t in targets})
     n_units = len({(t.request.family, t.request.arch, s) for t in targets for s in t.request.sources})
@@ -351,13 +362,14 @@ def compile_targets(
         f"{jobs} parallel compiles ({why})"
     )
     # HIP without ROCm's device libraries fails once per unit with the same clang line: say it once.
-    hip = any(t.request.backend == "hip" for t in targets)
+    hip = [(arch, cc) for arch, cc in hip_archs if arch not in unbuildable]
     with locked(out / ".k3gen-compile.lock"):  # two compiles into one directory would race on ninja's state
         write_build(targets, out)
         started = time.time()
         sys.stdout.flush()  # ninja writes to the same terminal: keep our lines in order
-        proc = ninja.run(out, jobs, capture=hip, keep_going=True)
-        missing_tool = explain_failure((proc.stdout or "") + (proc.stderr or ""), ", ".join(archs)) if hip else None
+        proc = ninja.run(out, jobs, capture=bool(hip), keep_going=True)
+        output = (proc.stdout or "") + (proc.stderr or "")
+        missing_tool = next(filter(None, (explain_failure(output, arch, cc) for arch, cc in hip)), None)
         if hip and not missing_tool:
             sys.stdout.write(proc.stdout or "")
             sys.stderr.write(proc.stderr or "")
@@ -377,16 +389,17 @@ def compile_targets(
             record_costs(family_targets, out, costs_root, jobs)
     where = "" if not explicit_out else f"; set K3GEN_AOT_DIR={out} for the runtime to find it"
     print(
-        f"k3gen compile: {len(targets) - len(missing)}/{len(targets)} libraries up to date in {out} "
+        f"k3gen compile: {len(targets) - len(missing)}/{len(targets) + len(skipped)} libraries up to date in {out} "
         f"({len(written)} records written, {time.perf_counter() - start:.1f}s"
         + (f", largest compiler process {peak / 2**20:.0f} MiB" if compiled else "")
         + f"){where}"
     )
     if missing_tool:
         print(missing_tool, file=sys.stderr)
-    if missing:
+    if missing or skipped:
         print(
-            f"k3gen compile: failed: {', '.join(missing)}" + ("" if missing_tool else " (compiler output above)"),
+            f"k3gen compile: failed: {', '.join(missing + skipped)}"
+            + (" (compiler output above)" if missing and not missing_tool else ""),
             file=sys.stderr,
         )
         return 1

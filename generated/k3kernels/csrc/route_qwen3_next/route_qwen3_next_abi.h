@@ -3,6 +3,7 @@
 // Field order matches the ctypes struct in k3kernels/route_qwen3_next.py. Every unit includes this
 // header, so it names no variant (dispatch.* declares them): adding one recompiles no other unit.
 #pragma once
+#include "../k3_hip_compat.h"  // before k3_backend.h: HIP's headers, as every supported clang reads them
 #include "../k3_backend.h"
 
 #ifndef K3_PDL
