@@ -1,10 +1,15 @@
 """The wrappers' steady state (k3gen.runtime.fastpath): a cached resolution serves only calls whose
 signature equals the checked one; strides, alignment, dtype, device and shape changes are checked again.
-The CPU half tests the keys and the cache; the GPU half calls the generated wrappers."""
+The CPU half tests the keys and the cache, on the Python path and on the stable-ABI C++ path (which
+serves CPU tensors too, so its calls are tested here with a recording entry); the GPU half calls the
+generated wrappers."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+import shutil
+import subprocess
 import threading
 
 import pytest
@@ -12,10 +17,11 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from k3gen.oracles import situ_and_mul as situ_oracle
-from k3gen.runtime import K3UnsupportedError, fastpath, hostext
+from k3gen.runtime import K3UnsupportedError, fastpath, hostabi, hostext
 from k3gen.runtime.fastpath import FastPath, PyFastPath
 
 A = 16
+IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _sig(*args, n_tensors=1):
@@ -105,11 +111,33 @@ class _Module:
 _PLAN = (1, bytes(16), (), (), (0,), False, False, 1, 0)
 
 
-@pytest.fixture
-def python_path(monkeypatch):
-    """FastPath on the CPU: the Python implementation, no CUDA stream."""
-    monkeypatch.setattr(hostext, "load", lambda: None)
+@pytest.fixture(scope="session")
+def stable_module(tmp_path_factory):
+    """The stable-ABI call path, built for this test session (a C++ compiler is all it needs) and bound
+    to this torch: what hostext.load() serves from a wheel."""
+    lib = tmp_path_factory.mktemp("k3stable") / hostabi.prebuilt_name(torch)
+    try:
+        hostext.compile_to(torch, lib, hostabi.command)
+    except OSError as exc:
+        if IN_CI:
+            raise
+        pytest.skip(f"no C++ compiler for the stable call path: {exc}")
+    module = hostext._import(hostabi.NAME, lib)
+    hostabi.bind(module, torch)
+    return module
+
+
+@pytest.fixture(params=["python", "stable"])
+def cpu_path(request, monkeypatch):
+    """FastPath on the CPU, no CUDA stream: each test on the Python implementation and the C++ one."""
+    module = request.getfixturevalue("stable_module") if request.param == "stable" else None
+    monkeypatch.setattr(hostext, "load", lambda: module)
     monkeypatch.setattr(fastpath, "_raw_stream", lambda index: 0)
+    return request.param
+
+
+def _served_by(fast, path):
+    assert type(fast.impl).__module__ == {"python": fastpath.__name__, "stable": hostabi.NAME}[path]
 
 
 def _remembered(module, x, out, given_out=None):
@@ -119,12 +147,13 @@ def _remembered(module, x, out, given_out=None):
     return fast
 
 
-def test_a_cached_call_allocates_with_the_checked_strides_and_updates_pointers(python_path):
+def test_a_cached_call_allocates_with_the_checked_strides_and_updates_pointers(cpu_path):
     module = _Module()
     x, out = torch.zeros(4, 8), torch.empty(8, 4).t()  # the checked path made a column-major output
     fast = _remembered(module, x, out)
     x2 = torch.ones(4, 8)
     got = fast.call(x2, None, 2.0)
+    _served_by(fast, cpu_path)
     assert got.shape == out.shape and got.stride() == out.stride() and got.data_ptr() != out.data_ptr()
     assert module.launched == [(0x12, x2.data_ptr(), got.data_ptr(), 4)]
     assert fast.call(x2, None, 3.0) is None  # another scalar: checked again
@@ -134,7 +163,7 @@ def test_a_cached_call_allocates_with_the_checked_strides_and_updates_pointers(p
     assert fast_given.call(x2, mine, 2.0) is mine  # a given output is used, never replaced
 
 
-def test_a_cached_call_with_an_empty_output_launches_nothing(python_path):
+def test_a_cached_call_with_an_empty_output_launches_nothing(cpu_path):
     module = _Module()
     x, out = torch.zeros(0, 8), torch.empty(0, 4)
     fast = _remembered(module, x, out)
@@ -142,10 +171,98 @@ def test_a_cached_call_with_an_empty_output_launches_nothing(python_path):
     assert module.launched == []
 
 
-def test_a_launch_error_of_a_cached_call_raises(python_path):
+def test_a_launch_error_of_a_cached_call_raises(cpu_path):
     fast = _remembered(_Module(rc=1), torch.zeros(4, 8), torch.empty(4, 4))
     with pytest.raises(K3UnsupportedError, match=r"C\+\+ gate refused"):
         fast.call(torch.zeros(4, 8), None, 2.0)
+
+
+class _Args3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("q", ctypes.c_void_p), ("scale", ctypes.c_void_p)]
+
+
+def test_the_stable_path_puts_several_outputs_in_one_block_and_keys_str_scalars(stable_module, monkeypatch):
+    """Two outputs of two dtypes come from one allocation, each at a 256-byte aligned offset of it (the
+    CUDA allocator aligns the block itself to 512) with the checked layout; an equal string built per
+    call hits, another value misses."""
+    monkeypatch.setattr(hostext, "load", lambda: stable_module)
+    launched = []
+
+    def entry(key, args, stream, index, err, err_len):
+        a = _Args3.from_address(args)
+        launched.append((key, a.x, a.q, a.scale, stream))
+        return 0
+
+    module = _Module()
+    module.args_type, module.entry = _Args3, _ENTRY_TYPE(entry)
+    fast = FastPath(module, ["x", "q", "scale"], (1, 2), align=A)
+    x, q, scale = torch.zeros(8, 64), torch.empty(8, 64, dtype=torch.uint8), torch.empty(2, 8).t()
+    args = _Args3(x=x.data_ptr(), q=q.data_ptr(), scale=scale.data_ptr())
+    fast.remember(7, args, (q, scale), (x, None, None, 128, "ue8m0"))
+    _served_by(fast, "stable")
+    got_q, got_scale = fast.call(x, None, None, 128, "".join(["ue8", "m0"]))
+    block = got_q.untyped_storage().data_ptr()
+    assert got_scale.untyped_storage().data_ptr() == block and got_q.data_ptr() == block
+    assert got_scale.data_ptr() > block and (got_scale.data_ptr() - block) % 256 == 0
+    assert (got_q.dtype, got_q.shape, got_q.stride()) == (torch.uint8, q.shape, q.stride())
+    assert (got_scale.dtype, got_scale.shape, got_scale.stride()) == (torch.float32, scale.shape, scale.stride())
+    assert launched == [(7, x.data_ptr(), got_q.data_ptr(), got_scale.data_ptr(), None)]
+    assert fast.call(x, None, None, 128, "fp32_row") is None and fast.impl.cached() == 1
+    del got_q  # the block lives while any output does
+    got_scale.fill_(1.0)
+    assert got_scale.sum().item() == 16.0
+
+
+def test_the_stable_library_links_nothing_of_one_torch_or_python_build(stable_module):
+    """What makes one binary serve several torch and Python versions, read off the binary: no path of
+    this machine, no libpython or torch_python, and of torch only the stable C shim, by name."""
+    nm, readelf = shutil.which("nm"), shutil.which("readelf")
+    if not (nm and readelf):
+        pytest.skip("binutils (nm, readelf) not installed")
+    lib = stable_module.__file__
+    assert lib.endswith(".abi3.so") and hostabi.content_key(torch) in lib
+    dynamic = subprocess.run([readelf, "-d", lib], capture_output=True, text=True, check=True).stdout
+    needed = {line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line}
+    system = {"libstdc++.so.6", "libgcc_s.so.1", "libm.so.6", "libc.so.6"}
+    assert {n for n in needed if not n.startswith("ld-linux")} <= {"libtorch_cpu.so", *system}, needed
+    assert "RPATH" not in dynamic and "RUNPATH" not in dynamic
+    undefined = subprocess.run([nm, "-D", "--undefined-only", lib], capture_output=True, text=True, check=True)
+    names = [line.split()[-1] for line in undefined.stdout.splitlines() if line.strip()]
+    unversioned = [n for n in names if "@" not in n]  # libc and libstdc++ symbols carry their version
+    torch_side = [n for n in unversioned if not n.startswith(("Py", "_Py", "_ITM_", "__gmon_start__"))]
+    assert torch_side and all(n.startswith("aoti_torch_") for n in torch_side), torch_side
+
+
+def test_a_torch_the_stable_library_cannot_serve_falls_back(stable_module, monkeypatch, caplog):
+    """Older than 2.10: not tried. A torch whose crossings are missing, or that fails the check at
+    load: refused with one line, and the next build (here none: a CPU-only torch) or Python serves."""
+    monkeypatch.setattr(torch, "__version__", "2.9.1")
+    assert "older than 2.10" in hostabi.unsupported(torch)
+    monkeypatch.setattr(torch, "__version__", "2.14.0")  # no interop shims in this torch's libraries
+    with pytest.raises(OSError, match="neither the interop shims nor THPVariable_Wrap"):
+        hostabi.bind(stable_module, torch)
+    monkeypatch.undo()
+    hostabi.bind(stable_module, torch)
+
+    class Misreads:
+        bind = staticmethod(stable_module.bind)
+
+        @staticmethod
+        def probe(t):
+            sizes, strides, ptr, view = stable_module.probe(t)
+            return sizes, strides, ptr + 4, view
+
+    with pytest.raises(OSError, match="misreads"):
+        hostabi.bind(Misreads, torch)
+    hostabi.bind(stable_module, torch)
+    monkeypatch.setattr(hostext, "_state", {})
+    monkeypatch.setattr(hostext, "_load_stable", lambda torch: hostabi.bind(Misreads, torch))
+    monkeypatch.setenv("K3GEN_HOST_PATH", "")
+    if not (torch.version.cuda or torch.version.hip):
+        with caplog.at_level("INFO", logger="k3gen"):
+            assert hostext.load() is None and hostext.served() == "python"
+        assert "stable: the stable call path misreads" in caplog.text and "torch: torch has no CUDA" in caplog.text
+    hostabi.bind(stable_module, torch)
 
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
@@ -307,8 +424,8 @@ def test_the_cpp_path_is_keyed_without_paths_and_off_where_it_cannot_run(monkeyp
     )
     assert hostext.content_key(torch) == key  # the same source elsewhere: the same key
     cases = [("K3GEN_HOST_PATH", "python", "K3GEN_HOST_PATH=python")]
-    if not (torch.version.cuda or torch.version.hip):
-        cases.append(("K3GEN_HOST_PATH", "", "torch has no CUDA or HIP"))
+    if not (torch.version.cuda or torch.version.hip):  # the per-torch build needs torch's CUDA library
+        cases.append(("K3GEN_HOST_PATH", "torch", "torch: torch has no CUDA or HIP"))
     for var, value, why in cases:
         monkeypatch.setattr(hostext, "_state", {})
         monkeypatch.setenv(var, value)
