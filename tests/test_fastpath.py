@@ -10,7 +10,9 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -231,6 +233,34 @@ def test_the_stable_library_links_nothing_of_one_torch_or_python_build(stable_mo
     unversioned = [n for n in names if "@" not in n]  # libc and libstdc++ symbols carry their version
     torch_side = [n for n in unversioned if not n.startswith(("Py", "_Py", "_ITM_", "__gmon_start__"))]
     assert torch_side and all(n.startswith("aoti_torch_") for n in torch_side), torch_side
+
+
+def _other_pythons() -> list[Path]:
+    """CPython 3.10+ interpreters beside this one (pyenv keeps them side by side), this one's version excluded."""
+    found = {}
+    for exe in sorted(Path(sys.base_prefix).parent.glob("3.*/bin/python3")):
+        version = tuple(int(v) for v in exe.parents[1].name.split(".")[:2] if v.isdigit())
+        if len(version) == 2 and version >= (3, 10) and version != sys.version_info[:2]:
+            found[version] = exe
+    return list(found.values())
+
+
+def test_the_stable_library_initializes_in_other_pythons(stable_module):
+    """The abi3 library built under this CPython loads in another 3.10+ one (no torch there: the shim
+    it needs by soname comes from this torch's folder) and stops at bind(), which needs torch."""
+    others = _other_pythons()
+    if not others:
+        pytest.skip("no other CPython 3.10+ beside this one")
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location({hostabi.NAME!r}, sys.argv[1])\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "try:\n    m.Family(1, 16, print)\nexcept RuntimeError as exc:\n    print(sys.version_info[:2], exc)\n"
+    )
+    env = {**os.environ, "LD_LIBRARY_PATH": str(Path(torch.__file__).parent / "lib")}
+    for exe in others[-2:]:
+        r = subprocess.run([str(exe), "-c", code, stable_module.__file__], capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and "bind() first" in r.stdout, (exe, r.stdout + r.stderr)
 
 
 def test_a_torch_the_stable_library_cannot_serve_falls_back(stable_module, monkeypatch, caplog):
