@@ -183,10 +183,9 @@ class _Args3(ctypes.Structure):
     _fields_ = [("x", ctypes.c_void_p), ("q", ctypes.c_void_p), ("scale", ctypes.c_void_p)]
 
 
-def test_the_stable_path_puts_several_outputs_in_one_block_and_keys_str_scalars(stable_module, monkeypatch):
-    """Two outputs of two dtypes come from one allocation, each at a 256-byte aligned offset of it (the
-    CUDA allocator aligns the block itself to 512) with the checked layout; an equal string built per
-    call hits, another value misses."""
+def test_the_stable_path_allocates_each_output_with_its_layout_and_keys_str_scalars(stable_module, monkeypatch):
+    """Two outputs of two dtypes, each allocated with the checked layout (a transposed one included);
+    an equal string built per call hits, another value misses."""
     monkeypatch.setattr(hostext, "load", lambda: stable_module)
     launched = []
 
@@ -203,16 +202,12 @@ def test_the_stable_path_puts_several_outputs_in_one_block_and_keys_str_scalars(
     fast.remember(7, args, (q, scale), (x, None, None, 128, "ue8m0"))
     _served_by(fast, "stable")
     got_q, got_scale = fast.call(x, None, None, 128, "".join(["ue8", "m0"]))
-    block = got_q.untyped_storage().data_ptr()
-    assert got_scale.untyped_storage().data_ptr() == block and got_q.data_ptr() == block
-    assert got_scale.data_ptr() > block and (got_scale.data_ptr() - block) % 256 == 0
     assert (got_q.dtype, got_q.shape, got_q.stride()) == (torch.uint8, q.shape, q.stride())
     assert (got_scale.dtype, got_scale.shape, got_scale.stride()) == (torch.float32, scale.shape, scale.stride())
     assert launched == [(7, x.data_ptr(), got_q.data_ptr(), got_scale.data_ptr(), None)]
     assert fast.call(x, None, None, 128, "fp32_row") is None and fast.impl.cached() == 1
-    del got_q  # the block lives while any output does
     got_scale.fill_(1.0)
-    assert got_scale.sum().item() == 16.0
+    assert got_scale.sum().item() == 16.0 and got_q.data_ptr() not in (q.data_ptr(), got_scale.data_ptr())
 
 
 def test_the_stable_library_links_nothing_of_one_torch_or_python_build(stable_module):

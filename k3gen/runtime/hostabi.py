@@ -104,8 +104,7 @@ def bind(module, torch) -> None:
     stream = _address(gpu, "aoti_torch_get_current_cuda_stream")
     if (torch.version.cuda or torch.version.hip) and not stream:
         raise OSError(f"torch {torch.__version__} has no aoti_torch_get_current_cuda_stream in {gpu.name}")
-    views = _address(lib / "libtorch_cpu.so", "aoti_torch_cpu_view_dtype"), _address(gpu, "aoti_torch_cuda_view_dtype")
-    module.bind(torch.Tensor, from_py, to_py, wrap, stream, *views)
+    module.bind(torch.Tensor, from_py, to_py, wrap, stream)
     _check(module, torch)
 
 

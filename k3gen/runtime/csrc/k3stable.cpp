@@ -11,8 +11,8 @@
 //  - tensors only through torch's stable C shim (aoti_torch_*), targeting 2.10 so that no newer
 //    shim slips in; no at::, c10:: or libtorch_python symbol is linked;
 //  - Python only through the limited API (an abi3 module), so one binary loads in 3.10 and later;
-//  - what a CPU-only torch lacks (the CUDA/HIP stream, the device's dtype view) and the two
-//    crossings between a Python tensor and a shim handle come as addresses through bind(), looked
+//  - what a CPU-only torch lacks (the CUDA/HIP stream) and the two crossings between a Python
+//    tensor and a shim handle come as addresses through bind(), looked
 //    up in the running torch by hostabi.py. From torch 2.14 the crossings are the stable interop
 //    shims (torch_tensor_from_pyobject / _to_pyobject). 2.10-2.13 have none: there a tensor's
 //    `_cdata` is its TensorImpl*, which is all an at::Tensor holds, so a pointer to it is a
@@ -25,7 +25,6 @@
 #define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -36,11 +35,10 @@
 namespace {
 
 using Entry = int (*)(int64_t key, const void* args, void* stream, int device, char* err, size_t err_len);
-using ViewDtype = AOTITorchError (*)(AtenTensorHandle self, int32_t dtype, AtenTensorHandle* ret);
 constexpr size_t kErrLen = 1024;
 constexpr size_t kMaxPlans = 1024;  // signatures remembered per family; an engine sees a handful
 constexpr int kMaxTensors = 16;
-constexpr int64_t kOutputAlign = 256;  // each output starts on this boundary of the block
+constexpr int64_t kMaxAlign = 256;  // the largest gate alignment served (CUDA's allocator gives 512)
 
 // What bind() was given: the running torch's addresses, none of them linked.
 struct Bound {
@@ -50,8 +48,7 @@ struct Bound {
   AOTITorchError (*to_py)(AtenTensorHandle t, void* type, void** ret) = nullptr;  // torch >= 2.14
   PyObject* (*wrap)(const void* tensor_base) = nullptr;                        // torch 2.10-2.13
   AOTITorchError (*gpu_stream)(int32_t device, void** stream) = nullptr;
-  ViewDtype cpu_view = nullptr, gpu_view = nullptr;
-  int32_t cpu = 0, gpu = 1, u8 = 0;
+  int32_t cpu = 0, gpu = 1;
   bool ready = false;
 } g;
 
@@ -67,7 +64,7 @@ struct Handles {
   }
 };
 
-// Tensors this call made (outputs, views), deleted with it once Python holds its own references.
+// Tensors this call made (its outputs), deleted with it once Python holds its own references.
 struct Made {
   AtenTensorHandle h[kMaxTensors] = {};
   ~Made() {
@@ -112,7 +109,6 @@ struct Output {
   int slot;
   std::vector<int64_t> sizes, strides;
   int32_t dtype;
-  int64_t offset = 0;  // in elements, into the call's one output block
 };
 
 struct Plan {
@@ -122,7 +118,6 @@ struct Plan {
   std::vector<Output> allocate;                  // outputs the caller did not pass
   std::vector<int> returns;                      // tensor slots returned, in order
   std::vector<PyObject*> strings;                // str scalars (the signature holds only their hash)
-  int64_t block_bytes = 0;                       // all outputs of a call, in one allocation
   bool as_tuple = false, skip = false;
   Entry entry = nullptr;
   int32_t device_type = 0;
@@ -217,28 +212,14 @@ bool same_strings(const Plan& plan, PyObject* const* args, Py_ssize_t n, int n_t
   return k == plan.strings.size();
 }
 
-// The outputs the caller did not pass. Several share one allocation, each a view of its own at an
-// aligned offset (one trip to the caching allocator instead of one per output), where the device
-// has a dtype view; otherwise each output is allocated alone. False when torch refused (out of memory).
+// The outputs the caller did not pass, each from torch's allocator with the checked layout. (One
+// allocation for all, each output a dtype view of it, as k3host.cpp does, costs more through the
+// shim: a dtype view is an ATen call of its own.) False when torch refused (out of memory).
 bool allocate(const Plan& p, Made& made) {
-  ViewDtype view = p.device_type == g.cpu ? g.cpu_view : g.gpu_view;
-  if (p.allocate.size() == 1 || view == nullptr) {
-    for (const Output& o : p.allocate)
-      if (aoti_torch_empty_strided(static_cast<int64_t>(o.sizes.size()), o.sizes.data(), o.strides.data(), o.dtype,
-                                   p.device_type, p.device, &made.h[o.slot]))
-        return false;
-    return true;
-  }
-  Made block;
-  const int64_t one = 1;
-  if (aoti_torch_empty_strided(1, &p.block_bytes, &one, g.u8, p.device_type, p.device, &block.h[0])) return false;
-  for (const Output& o : p.allocate) {
-    Made typed;
-    if (view(block.h[0], o.dtype, &typed.h[0]) ||
-        aoti_torch__reinterpret_tensor(typed.h[0], static_cast<int64_t>(o.sizes.size()), o.sizes.data(),
-                                       o.strides.data(), o.offset, &made.h[o.slot]))
+  for (const Output& o : p.allocate)
+    if (aoti_torch_empty_strided(static_cast<int64_t>(o.sizes.size()), o.sizes.data(), o.strides.data(), o.dtype,
+                                 p.device_type, p.device, &made.h[o.slot]))
       return false;
-  }
   return true;
 }
 
@@ -344,7 +325,7 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   std::vector<int64_t> sig;
   Handles hs;
   Plan plan;
-  if (f->align > kOutputAlign) Py_RETURN_FALSE;  // outputs in the block are only this aligned
+  if (f->align > kMaxAlign) Py_RETURN_FALSE;
   if (!signature(f, args + 1, n - 1, sig, hs, &plan.strings)) Py_RETURN_FALSE;
   // The device every tensor of the call is on (the checked path made sure): where outputs go.
   AtenTensorHandle first = nullptr;
@@ -369,20 +350,6 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
       PyObject* o = item(allocate_, i);
       plan.allocate.push_back(output_of(static_cast<int>(PyLong_AsLong(item(o, 0))), item(o, 1)));
     }
-    for (Output& o : plan.allocate) {  // the block's layout: each output at an aligned offset
-      const int64_t size = static_cast<int64_t>(aoti_torch_dtype_element_size(o.dtype));
-      int64_t extent = 1;
-      for (size_t d = 0; d < o.sizes.size(); ++d) {
-        if (o.sizes[d] == 0) extent = 0;
-        if (extent) extent += (o.sizes[d] - 1) * o.strides[d];
-      }
-      const int64_t start = (plan.block_bytes + kOutputAlign - 1) / kOutputAlign * kOutputAlign;
-      if (size < 1 || start % size) throw std::runtime_error("an output's element size does not divide the block alignment");
-      o.offset = start / size;
-      plan.block_bytes = start + extent * size;
-    }
-    // Whole alignment units, so that a view of the block as any output's dtype is exact.
-    plan.block_bytes = std::max<int64_t>(1, (plan.block_bytes + kOutputAlign - 1) / kOutputAlign) * kOutputAlign;
     for (int64_t s : int_list(returns)) plan.returns.push_back(static_cast<int>(s));
     plan.as_tuple = PyObject_IsTrue(as_tuple);
     plan.skip = PyObject_IsTrue(skip);
@@ -477,13 +444,12 @@ T address(unsigned long long a) {
   return reinterpret_cast<T>(static_cast<uintptr_t>(a));
 }
 
-// bind(torch.Tensor, from_py, to_py, wrap, gpu_stream, cpu_view, gpu_view): the running torch's
-// addresses (0 where it has none). Either both interop shims or THPVariable_Wrap.
+// bind(torch.Tensor, from_py, to_py, wrap, gpu_stream): the running torch's addresses (0 where it
+// has none). Either both interop shims or THPVariable_Wrap.
 PyObject* bind(PyObject*, PyObject* args) {
   PyObject* tensor_type;
-  unsigned long long from_py, to_py, wrap, stream, cpu_view, gpu_view;
-  if (!PyArg_ParseTuple(args, "OKKKKKK", &tensor_type, &from_py, &to_py, &wrap, &stream, &cpu_view, &gpu_view))
-    return nullptr;
+  unsigned long long from_py, to_py, wrap, stream;
+  if (!PyArg_ParseTuple(args, "OKKKK", &tensor_type, &from_py, &to_py, &wrap, &stream)) return nullptr;
   if (!PyType_Check(tensor_type) || !((from_py && to_py && !wrap) || (!from_py && !to_py && wrap))) {
     PyErr_SetString(PyExc_ValueError, "bind(torch.Tensor, ...): either both interop shims or THPVariable_Wrap");
     return nullptr;
@@ -495,11 +461,8 @@ PyObject* bind(PyObject*, PyObject* args) {
   g.to_py = address<decltype(g.to_py)>(to_py);
   g.wrap = address<decltype(g.wrap)>(wrap);
   g.gpu_stream = address<decltype(g.gpu_stream)>(stream);
-  g.cpu_view = address<ViewDtype>(cpu_view);
-  g.gpu_view = address<ViewDtype>(gpu_view);
   g.cpu = aoti_torch_device_type_cpu();
   g.gpu = aoti_torch_device_type_cuda();  // HIP torch calls its devices cuda too
-  g.u8 = aoti_torch_dtype_uint8();
   g.ready = true;
   Py_RETURN_NONE;
 }
@@ -543,7 +506,7 @@ PyObject* probe(PyObject*, PyObject* t) {
 }
 
 PyMethodDef module_methods[] = {
-    {"bind", bind, METH_VARARGS, "bind(torch.Tensor, from_py, to_py, wrap, gpu_stream, cpu_view, gpu_view)"},
+    {"bind", bind, METH_VARARGS, "bind(torch.Tensor, from_py, to_py, wrap, gpu_stream): the running torch's addresses"},
     {"probe", probe, METH_O, "probe(tensor): (sizes, strides, data pointer, a view made through the shim)"},
     {nullptr, nullptr, 0, nullptr}};
 
