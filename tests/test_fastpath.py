@@ -20,6 +20,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from k3gen.oracles import situ_and_mul as situ_oracle
 from k3gen.runtime import K3UnsupportedError, fastpath, hostabi, hostext
+from k3gen.runtime.env import jit_disabled
 from k3gen.runtime.fastpath import FastPath, PyFastPath
 
 A = 16
@@ -115,15 +116,17 @@ _PLAN = (1, bytes(16), (), (), (0,), False, False, 1, 0)
 
 @pytest.fixture(scope="session")
 def stable_module(tmp_path_factory):
-    """The stable-ABI call path, built for this test session (a C++ compiler is all it needs) and bound
-    to this torch: what hostext.load() serves from a wheel."""
-    lib = tmp_path_factory.mktemp("k3stable") / hostabi.prebuilt_name(torch)
-    try:
-        hostext.compile_to(torch, lib, hostabi.command)
-    except OSError as exc:
-        if IN_CI:
-            raise
-        pytest.skip(f"no C++ compiler for the stable call path: {exc}")
+    """The stable-ABI call path bound to this torch: an installed wheel's, else built for this test
+    session (a C++ compiler is all it needs)."""
+    lib = hostext.PREBUILT / hostabi.prebuilt_name(torch)  # an installed wheel's, else one built now
+    if not (lib.is_file() and hostext.vouched(lib) is None):
+        lib = tmp_path_factory.mktemp("k3stable") / hostabi.prebuilt_name(torch)
+        try:
+            hostext.compile_to(torch, lib, hostabi.command)
+        except OSError as exc:
+            if IN_CI:
+                raise
+            pytest.skip(f"no C++ compiler for the stable call path: {exc}")
     module = hostext._import(hostabi.NAME, lib)
     hostabi.bind(module, torch)
     return module
@@ -293,13 +296,18 @@ def test_a_torch_the_stable_library_cannot_serve_falls_back(stable_module, monke
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
-@pytest.fixture(params=["cpp", "python"])
+@pytest.fixture(params=["stable", "torch", "python"])
 def host_path(request, monkeypatch):
-    """Each GPU test runs on both implementations, each wrapper with a fresh cache."""
-    if request.param == "python":
-        monkeypatch.setattr(hostext, "load", lambda: None)
-    elif torch.cuda.is_available():
-        assert hostext.load() is not None, "the C++ call path must build on a GPU machine"
+    """Each GPU test runs on each implementation (K3GEN_HOST_PATH picks it), each wrapper with a fresh
+    cache. The per-torch build is skipped where it cannot be built (a serving machine: no compiler)."""
+    monkeypatch.setattr(hostext, "_state", {})
+    monkeypatch.setenv("K3GEN_HOST_PATH", request.param)
+    if torch.cuda.is_available() and request.param != "python":
+        if hostext.load() is None:
+            if request.param == "torch" and (jit_disabled() or not shutil.which(os.environ.get("CXX", "c++"))):
+                pytest.skip("the per-torch C++ call path needs a C++ compiler here")
+            raise AssertionError(f"the {request.param} C++ call path must load on a GPU machine")
+        assert hostext.served() == request.param
     import k3kernels
 
     for name in k3kernels.FAMILIES:
@@ -307,6 +315,9 @@ def host_path(request, monkeypatch):
         old = module._FAST
         monkeypatch.setattr(module, "_FAST", FastPath(old.module, old.pointers, old.outputs, old.align))
     return request.param
+
+
+_IMPL_MODULE = {"stable": hostabi.NAME, "torch": "_k3host", "python": fastpath.__name__}
 
 
 def _situ():
@@ -358,6 +369,8 @@ def test_the_cached_path_equals_the_checked_path_bit_for_bit(host_path):
     x = torch.randn(64, 7168, device="cuda").to(torch.bfloat16)
     checked = fam._FAST.run(*fam._resolve(x, 4.0, 2.0))
     fam.situ_and_mul(x, 4.0, 2.0)
+    assert type(fam._FAST.impl).__module__ == _IMPL_MODULE[host_path]  # the path asked for serves the next call
+    assert fam._FAST.impl.call(x, None, 4.0, 2.0) is not None
     cached = fam.situ_and_mul(x, 4.0, 2.0)
     assert torch.equal(checked, cached)
 
@@ -429,12 +442,12 @@ def test_multi_output_families_and_str_scalars_cache_correctly(host_path):
                 for g, w in zip(got, want)
             ]
             assert all(same) and [g.stride() for g in got] == [w.stride() for w in want], fmt
-    if host_path == "cpp":  # the C++ path allocates a call's outputs as one block, each 256-byte aligned
-        assert type(ptgq._FAST.impl).__name__ == "Family"
-        q, scale = ptgq.per_token_group_quant(x, 128, "fp32_col")
+    assert type(ptgq._FAST.impl).__module__ == _IMPL_MODULE[host_path]  # which path served
+    q, scale = ptgq.per_token_group_quant(x, 128, "fp32_col")
+    assert scale.stride() == want[1].stride() and not scale.is_contiguous()
+    if host_path == "torch":  # the per-torch build allocates a call's outputs as one block, each 256-byte aligned
         assert q.untyped_storage().data_ptr() == scale.untyped_storage().data_ptr()
         assert q.data_ptr() % 256 == 0 and scale.data_ptr() % 256 == 0 and q.data_ptr() != scale.data_ptr()
-        assert scale.stride() == want[1].stride() and not scale.is_contiguous()
 
 
 def test_the_cpp_path_is_keyed_without_paths_and_off_where_it_cannot_run(monkeypatch, tmp_path, caplog):

@@ -114,8 +114,9 @@ def record_name(lib_name: str) -> str:
     return f"{lib_name}.json"
 
 
-def record_text(lib_name: str, data: bytes) -> str:
-    record = {"format": RECORD_FORMAT, "lib": lib_name, "lib_sha256": hashlib.sha256(data).hexdigest()}
+def record_text(lib_name: str, data: bytes, **about) -> str:
+    """The record of a library: its name and sha256 (what vouches), and `about` it (information only)."""
+    record = {"format": RECORD_FORMAT, "lib": lib_name, "lib_sha256": hashlib.sha256(data).hexdigest(), **about}
     return json.dumps(record, indent=1, sort_keys=True) + "\n"
 
 

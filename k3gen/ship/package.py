@@ -111,12 +111,17 @@ def wheel_files(root: Path, aot: Path, built: dict[str, list[str]], host: Path |
     for f in sorted((k3gen / "runtime" / "csrc").glob("*.cpp")):  # the C++ call path, built where it runs
         files[f"k3gen/runtime/csrc/{f.name}"] = f.read_bytes()
     if host is not None:  # the library and the record that vouches for it (k3gen.runtime.hostext)
+        import platform
+
+        import torch
+
         from k3gen.runtime import hostext
 
         data = read_bytes(host, host.parent, MAX_LIBRARY_BYTES)
         files[f"k3gen/runtime/prebuilt/{host.name}"] = data
+        built_with = {"torch": str(torch.__version__), "python": platform.python_version()}
         files[f"k3gen/runtime/prebuilt/{hostext.record_name(host.name)}"] = hostext.record_text(
-            host.name, data
+            host.name, data, built_with=built_with
         ).encode()
     return files
 
