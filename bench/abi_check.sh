@@ -95,11 +95,15 @@ for r in $(seq "${REPS:-3}"); do
 done
 grep -h "call path" "$LOGS"/host_wheel.1.log "$LOGS"/host_jit_torch.1.log "$LOGS"/host_jit_stable.1.log | tee -a "$S"
 python3 - "$W" "${REPS:-3}" <<'PY' 2>&1 | tee -a "$S"
-import json, statistics, sys
+import json, os, statistics, sys
 w, reps = sys.argv[1], int(sys.argv[2])
-def runs(name):
-    return [json.load(open(f"{w}/{name}.{r}.json")) for r in range(1, reps + 1)]
-trees = {"JIT tree, per-torch": runs("jit_torch"), "JIT tree, stable": runs("jit_stable"), "wheel, stable": runs("wheel")}
+def runs(name):  # the rounds that wrote a result (a failed one is in its log)
+    paths = [f"{w}/{name}.{r}.json" for r in range(1, reps + 1)]
+    return [json.load(open(p)) for p in paths if os.path.exists(p)]
+names = {"JIT tree, per-torch": "jit_torch", "JIT tree, stable": "jit_stable", "wheel, stable": "wheel"}
+trees = {label: rs for label, name in names.items() if (rs := runs(name))}
+if "wheel, stable" not in trees or "JIT tree, per-torch" not in trees:
+    sys.exit(f"  missing runs: {sorted(set(names) - set(trees))}; see host_*.log")
 def ratio(rs, call):  # median over rounds of (call / torch.sigmoid), each round's own process
     return statistics.median(r[call] / r["torch.sigmoid"] for r in rs)
 calls = [c for c in trees["wheel, stable"][0] if not c.startswith("torch.")]
