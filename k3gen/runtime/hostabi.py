@@ -95,10 +95,10 @@ def bind(module, torch) -> None:
     lib = Path(torch.__file__).parent / "lib"
     gpu = lib / ("libtorch_hip.so" if torch.version.hip else "libtorch_cuda.so")
     if torch_version(torch) >= INTEROP:
-        crossings = [_address(lib / "libtorch_cpu.so", f"torch_tensor_{d}_pyobject") for d in ("from", "to")], 0
+        cpu = lib / "libtorch_cpu.so"
+        from_py, to_py, wrap = _address(cpu, "torch_tensor_from_pyobject"), _address(cpu, "torch_tensor_to_pyobject"), 0
     else:
-        crossings = [0, 0], _address(lib / "libtorch_python.so", WRAP)
-    (from_py, to_py), wrap = crossings
+        from_py, to_py, wrap = 0, 0, _address(lib / "libtorch_python.so", WRAP)
     if not (from_py and to_py) and not wrap:
         raise OSError(f"torch {torch.__version__} exports neither the interop shims nor THPVariable_Wrap")
     stream = _address(gpu, "aoti_torch_get_current_cuda_stream")
