@@ -9,7 +9,9 @@
 //
 // What differs is how it reaches torch and Python, so that nothing in it belongs to one build:
 //  - tensors only through torch's stable C shim (aoti_torch_*), targeting 2.10 so that no newer
-//    shim slips in; no at::, c10:: or libtorch_python symbol is linked;
+//    shim slips in; no at::, c10:: or libtorch_python symbol is linked. The C shim itself, not
+//    torch::stable::Tensor, which owns each handle through a std::shared_ptr (an allocation per
+//    tensor per call) where most handles here are borrowed;
 //  - Python only through the limited API (an abi3 module), so one binary loads in 3.10 and later;
 //  - what a CPU-only torch lacks (the CUDA/HIP stream) and the two crossings between a Python
 //    tensor and a shim handle come as addresses through bind(), looked
