@@ -75,6 +75,10 @@ def main() -> int:
     ap.add_argument("--json", help="write {call: median us} here")
     args = ap.parse_args()
     results = per_call_us(calls(), args.calls)
+    from k3gen.runtime import hostext
+
+    lib = getattr(hostext.load(), "__file__", "")
+    print(f"C++ call path: {hostext.served()} {lib}")
     for name, us in results.items():
         print(f"{name:>24} {us:7.2f} us/call  x{us / results['torch.sigmoid']:.2f} torch.sigmoid")
     if args.json:

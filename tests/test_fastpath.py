@@ -1,21 +1,30 @@
 """The wrappers' steady state (k3gen.runtime.fastpath): a cached resolution serves only calls whose
 signature equals the checked one; strides, alignment, dtype, device and shape changes are checked again.
-The CPU half tests the keys and the cache; the GPU half calls the generated wrappers."""
+The CPU half tests the keys and the cache, on the Python path and on the stable-ABI C++ path (which
+serves CPU tensors too, so its calls are tested here with a recording entry); the GPU half calls the
+generated wrappers."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+import shutil
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from k3gen.oracles import situ_and_mul as situ_oracle
-from k3gen.runtime import K3UnsupportedError, fastpath, hostext
+from k3gen.runtime import K3UnsupportedError, fastpath, hostabi, hostext
+from k3gen.runtime.env import jit_disabled
 from k3gen.runtime.fastpath import FastPath, PyFastPath
 
 A = 16
+IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _sig(*args, n_tensors=1):
@@ -105,11 +114,35 @@ class _Module:
 _PLAN = (1, bytes(16), (), (), (0,), False, False, 1, 0)
 
 
-@pytest.fixture
-def python_path(monkeypatch):
-    """FastPath on the CPU: the Python implementation, no CUDA stream."""
-    monkeypatch.setattr(hostext, "load", lambda: None)
+@pytest.fixture(scope="session")
+def stable_module(tmp_path_factory):
+    """The stable-ABI call path bound to this torch: an installed wheel's, else built for this test
+    session (a C++ compiler is all it needs)."""
+    lib = hostext.PREBUILT / hostabi.prebuilt_name(torch)  # an installed wheel's, else one built now
+    if not (lib.is_file() and hostext.vouched(lib) is None):
+        lib = tmp_path_factory.mktemp("k3stable") / hostabi.prebuilt_name(torch)
+        try:
+            hostext.compile_to(torch, lib, hostabi.command)
+        except OSError as exc:
+            if IN_CI:
+                raise
+            pytest.skip(f"no C++ compiler for the stable call path: {exc}")
+    module = hostext._import(hostabi.NAME, lib)
+    hostabi.bind(module, torch)
+    return module
+
+
+@pytest.fixture(params=["python", "stable"])
+def cpu_path(request, monkeypatch):
+    """FastPath on the CPU, no CUDA stream: each test on the Python implementation and the C++ one."""
+    module = request.getfixturevalue("stable_module") if request.param == "stable" else None
+    monkeypatch.setattr(hostext, "load", lambda: module)
     monkeypatch.setattr(fastpath, "_raw_stream", lambda index: 0)
+    return request.param
+
+
+def _served_by(fast, path):
+    assert type(fast.impl).__module__ == {"python": fastpath.__name__, "stable": hostabi.NAME}[path]
 
 
 def _remembered(module, x, out, given_out=None):
@@ -119,12 +152,13 @@ def _remembered(module, x, out, given_out=None):
     return fast
 
 
-def test_a_cached_call_allocates_with_the_checked_strides_and_updates_pointers(python_path):
+def test_a_cached_call_allocates_with_the_checked_strides_and_updates_pointers(cpu_path):
     module = _Module()
     x, out = torch.zeros(4, 8), torch.empty(8, 4).t()  # the checked path made a column-major output
     fast = _remembered(module, x, out)
     x2 = torch.ones(4, 8)
     got = fast.call(x2, None, 2.0)
+    _served_by(fast, cpu_path)
     assert got.shape == out.shape and got.stride() == out.stride() and got.data_ptr() != out.data_ptr()
     assert module.launched == [(0x12, x2.data_ptr(), got.data_ptr(), 4)]
     assert fast.call(x2, None, 3.0) is None  # another scalar: checked again
@@ -134,7 +168,7 @@ def test_a_cached_call_allocates_with_the_checked_strides_and_updates_pointers(p
     assert fast_given.call(x2, mine, 2.0) is mine  # a given output is used, never replaced
 
 
-def test_a_cached_call_with_an_empty_output_launches_nothing(python_path):
+def test_a_cached_call_with_an_empty_output_launches_nothing(cpu_path):
     module = _Module()
     x, out = torch.zeros(0, 8), torch.empty(0, 4)
     fast = _remembered(module, x, out)
@@ -142,22 +176,138 @@ def test_a_cached_call_with_an_empty_output_launches_nothing(python_path):
     assert module.launched == []
 
 
-def test_a_launch_error_of_a_cached_call_raises(python_path):
+def test_a_launch_error_of_a_cached_call_raises(cpu_path):
     fast = _remembered(_Module(rc=1), torch.zeros(4, 8), torch.empty(4, 4))
     with pytest.raises(K3UnsupportedError, match=r"C\+\+ gate refused"):
         fast.call(torch.zeros(4, 8), None, 2.0)
 
 
+class _Args3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_void_p), ("q", ctypes.c_void_p), ("scale", ctypes.c_void_p)]
+
+
+def test_the_stable_path_allocates_each_output_with_its_layout_and_keys_str_scalars(stable_module, monkeypatch):
+    """Two outputs of two dtypes, each allocated with the checked layout (a transposed one included);
+    an equal string built per call hits, another value misses."""
+    monkeypatch.setattr(hostext, "load", lambda: stable_module)
+    launched = []
+
+    def entry(key, args, stream, index, err, err_len):
+        a = _Args3.from_address(args)
+        launched.append((key, a.x, a.q, a.scale, stream))
+        return 0
+
+    module = _Module()
+    module.args_type, module.entry = _Args3, _ENTRY_TYPE(entry)
+    fast = FastPath(module, ["x", "q", "scale"], (1, 2), align=A)
+    x, q, scale = torch.zeros(8, 64), torch.empty(8, 64, dtype=torch.uint8), torch.empty(2, 8).t()
+    args = _Args3(x=x.data_ptr(), q=q.data_ptr(), scale=scale.data_ptr())
+    fast.remember(7, args, (q, scale), (x, None, None, 128, "ue8m0"))
+    _served_by(fast, "stable")
+    got_q, got_scale = fast.call(x, None, None, 128, "".join(["ue8", "m0"]))
+    assert (got_q.dtype, got_q.shape, got_q.stride()) == (torch.uint8, q.shape, q.stride())
+    assert (got_scale.dtype, got_scale.shape, got_scale.stride()) == (torch.float32, scale.shape, scale.stride())
+    assert launched == [(7, x.data_ptr(), got_q.data_ptr(), got_scale.data_ptr(), None)]
+    assert fast.call(x, None, None, 128, "fp32_row") is None and fast.impl.cached() == 1
+    got_scale.fill_(1.0)
+    assert got_scale.sum().item() == 16.0 and got_q.data_ptr() not in (q.data_ptr(), got_scale.data_ptr())
+
+
+def test_the_stable_library_links_nothing_of_one_torch_or_python_build(stable_module):
+    """What makes one binary serve several torch and Python versions, read off the binary: no path of
+    this machine, no libpython or torch_python, and of torch only the stable C shim, by name."""
+    nm, readelf = shutil.which("nm"), shutil.which("readelf")
+    if not (nm and readelf):
+        pytest.skip("binutils (nm, readelf) not installed")
+    lib = stable_module.__file__
+    assert lib.endswith(".abi3.so") and hostabi.content_key(torch) in lib
+    dynamic = subprocess.run([readelf, "-d", lib], capture_output=True, text=True, check=True).stdout
+    needed = {line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line}
+    system = {"libstdc++.so.6", "libgcc_s.so.1", "libm.so.6", "libc.so.6"}
+    assert {n for n in needed if not n.startswith("ld-linux")} <= {"libtorch_cpu.so", *system}, needed
+    assert "RPATH" not in dynamic and "RUNPATH" not in dynamic
+    undefined = subprocess.run([nm, "-D", "--undefined-only", lib], capture_output=True, text=True, check=True)
+    names = [line.split()[-1] for line in undefined.stdout.splitlines() if line.strip()]
+    unversioned = [n for n in names if "@" not in n]  # libc and libstdc++ symbols carry their version
+    torch_side = [n for n in unversioned if not n.startswith(("Py", "_Py", "_ITM_", "__gmon_start__"))]
+    assert torch_side and all(n.startswith("aoti_torch_") for n in torch_side), torch_side
+
+
+def _other_pythons() -> list[Path]:
+    """CPython 3.10+ interpreters beside this one (pyenv keeps them side by side), this one's version excluded."""
+    found = {}
+    for exe in sorted(Path(sys.base_prefix).parent.glob("3.*/bin/python3")):
+        version = tuple(int(v) for v in exe.parents[1].name.split(".")[:2] if v.isdigit())
+        if len(version) == 2 and version >= (3, 10) and version != sys.version_info[:2]:
+            found[version] = exe
+    return list(found.values())
+
+
+def test_the_stable_library_initializes_in_other_pythons(stable_module):
+    """The abi3 library built under this CPython loads in another 3.10+ one (no torch there: the shim
+    it needs by soname comes from this torch's folder) and stops at bind(), which needs torch."""
+    others = _other_pythons()
+    if not others:
+        pytest.skip("no other CPython 3.10+ beside this one")
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location({hostabi.NAME!r}, sys.argv[1])\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "try:\n    m.Family(1, 16, print)\nexcept RuntimeError as exc:\n    print(sys.version_info[:2], exc)\n"
+    )
+    env = {**os.environ, "LD_LIBRARY_PATH": str(Path(torch.__file__).parent / "lib")}
+    for exe in others[-2:]:
+        r = subprocess.run([str(exe), "-c", code, stable_module.__file__], capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and "bind() first" in r.stdout, (exe, r.stdout + r.stderr)
+
+
+def test_a_torch_the_stable_library_cannot_serve_falls_back(stable_module, monkeypatch, caplog):
+    """Older than 2.10: not tried. A torch whose crossings are missing, or that fails the check at
+    load: refused with one line, and the next build (here none: a CPU-only torch) or Python serves."""
+    monkeypatch.setattr(torch, "__version__", "2.9.1")
+    assert "older than 2.10" in hostabi.unsupported(torch)
+    monkeypatch.setattr(torch, "__version__", "2.14.0")  # no interop shims in this torch's libraries
+    with pytest.raises(OSError, match="neither the interop shims nor THPVariable_Wrap"):
+        hostabi.bind(stable_module, torch)
+    monkeypatch.undo()
+    hostabi.bind(stable_module, torch)
+
+    class Misreads:
+        bind = staticmethod(stable_module.bind)
+
+        @staticmethod
+        def probe(t):
+            sizes, strides, ptr, view = stable_module.probe(t)
+            return sizes, strides, ptr + 4, view
+
+    with pytest.raises(OSError, match="misreads"):
+        hostabi.bind(Misreads, torch)
+    hostabi.bind(stable_module, torch)
+    monkeypatch.setattr(hostext, "_state", {})
+    monkeypatch.setattr(hostext, "_load_stable", lambda torch: hostabi.bind(Misreads, torch))
+    monkeypatch.setenv("K3GEN_HOST_PATH", "")
+    if not (torch.version.cuda or torch.version.hip):
+        with caplog.at_level("INFO", logger="k3gen"):
+            assert hostext.load() is None and hostext.served() == "python"
+        assert "stable: the stable call path misreads" in caplog.text and "torch: torch has no CUDA" in caplog.text
+    hostabi.bind(stable_module, torch)
+
+
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 
-@pytest.fixture(params=["cpp", "python"])
+@pytest.fixture(params=["stable", "torch", "python"])
 def host_path(request, monkeypatch):
-    """Each GPU test runs on both implementations, each wrapper with a fresh cache."""
-    if request.param == "python":
-        monkeypatch.setattr(hostext, "load", lambda: None)
-    elif torch.cuda.is_available():
-        assert hostext.load() is not None, "the C++ call path must build on a GPU machine"
+    """Each GPU test runs on each implementation (K3GEN_HOST_PATH picks it), each wrapper with a fresh
+    cache. The per-torch build is skipped where it cannot be built (a serving machine: no compiler)."""
+    monkeypatch.setattr(hostext, "_state", {})
+    monkeypatch.setenv("K3GEN_HOST_PATH", request.param)
+    if torch.cuda.is_available() and request.param != "python":
+        if hostext.load() is None:
+            if request.param == "torch" and (jit_disabled() or not shutil.which(os.environ.get("CXX", "c++"))):
+                pytest.skip("the per-torch C++ call path needs a C++ compiler here")
+            raise AssertionError(f"the {request.param} C++ call path must load on a GPU machine")
+        assert hostext.served() == request.param
     import k3kernels
 
     for name in k3kernels.FAMILIES:
@@ -165,6 +315,9 @@ def host_path(request, monkeypatch):
         old = module._FAST
         monkeypatch.setattr(module, "_FAST", FastPath(old.module, old.pointers, old.outputs, old.align))
     return request.param
+
+
+_IMPL_MODULE = {"stable": hostabi.NAME, "torch": "_k3host", "python": fastpath.__name__}
 
 
 def _situ():
@@ -216,6 +369,8 @@ def test_the_cached_path_equals_the_checked_path_bit_for_bit(host_path):
     x = torch.randn(64, 7168, device="cuda").to(torch.bfloat16)
     checked = fam._FAST.run(*fam._resolve(x, 4.0, 2.0))
     fam.situ_and_mul(x, 4.0, 2.0)
+    assert type(fam._FAST.impl).__module__ == _IMPL_MODULE[host_path]  # the path asked for serves the next call
+    assert fam._FAST.impl.call(x, None, 4.0, 2.0) is not None
     cached = fam.situ_and_mul(x, 4.0, 2.0)
     assert torch.equal(checked, cached)
 
@@ -287,12 +442,12 @@ def test_multi_output_families_and_str_scalars_cache_correctly(host_path):
                 for g, w in zip(got, want)
             ]
             assert all(same) and [g.stride() for g in got] == [w.stride() for w in want], fmt
-    if host_path == "cpp":  # the C++ path allocates a call's outputs as one block, each 256-byte aligned
-        assert type(ptgq._FAST.impl).__name__ == "Family"
-        q, scale = ptgq.per_token_group_quant(x, 128, "fp32_col")
+    assert type(ptgq._FAST.impl).__module__ == _IMPL_MODULE[host_path]  # which path served
+    q, scale = ptgq.per_token_group_quant(x, 128, "fp32_col")
+    assert scale.stride() == want[1].stride() and not scale.is_contiguous()
+    if host_path == "torch":  # the per-torch build allocates a call's outputs as one block, each 256-byte aligned
         assert q.untyped_storage().data_ptr() == scale.untyped_storage().data_ptr()
         assert q.data_ptr() % 256 == 0 and scale.data_ptr() % 256 == 0 and q.data_ptr() != scale.data_ptr()
-        assert scale.stride() == want[1].stride() and not scale.is_contiguous()
 
 
 def test_the_cpp_path_is_keyed_without_paths_and_off_where_it_cannot_run(monkeypatch, tmp_path, caplog):
@@ -307,8 +462,8 @@ def test_the_cpp_path_is_keyed_without_paths_and_off_where_it_cannot_run(monkeyp
     )
     assert hostext.content_key(torch) == key  # the same source elsewhere: the same key
     cases = [("K3GEN_HOST_PATH", "python", "K3GEN_HOST_PATH=python")]
-    if not (torch.version.cuda or torch.version.hip):
-        cases.append(("K3GEN_HOST_PATH", "", "torch has no CUDA or HIP"))
+    if not (torch.version.cuda or torch.version.hip):  # the per-torch build needs torch's CUDA library
+        cases.append(("K3GEN_HOST_PATH", "torch", "torch: torch has no CUDA or HIP"))
     for var, value, why in cases:
         monkeypatch.setattr(hostext, "_state", {})
         monkeypatch.setenv(var, value)

@@ -524,7 +524,7 @@ def test_an_unvouched_call_path_library_is_rebuilt_or_refused(tmp_path, monkeypa
     monkeypatch.setattr(hostext, "_compiler_version", lambda command: "c++ 1.0")
     built = []
 
-    def compile_to(torch, lib):
+    def compile_to(torch, lib, command=None):
         built.append(lib)
         lib.parent.mkdir(parents=True, exist_ok=True)
         lib.write_bytes(b"fresh")

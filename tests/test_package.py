@@ -4,8 +4,9 @@ One small family (situ_and_mul) is prebuilt for sm_90a with the real nvcc; the w
 into a fresh venv (torch from the system site-packages, nothing else) and imported by a process
 that has no nvcc on PATH, CUDA_HOME pointing nowhere and K3GEN_NO_JIT=1. Without a GPU it checks
 the gates, that the prebuilt library is what the runtime finds (by content key: no compiler to
-compute the full key), that a GPU the wheel was not built for is refused naming both archs, and
-that every miss under K3GEN_NO_JIT=1 names its key and the command that builds it.
+compute the full key), that a GPU the wheel was not built for is refused naming both archs, that every miss under
+K3GEN_NO_JIT=1 names its key and the command that builds it, and that the C++ call path served is
+the wheel's stable-ABI library (built here, whatever torch this is: it serves torch >= 2.10).
 """
 
 from __future__ import annotations
@@ -92,6 +93,12 @@ CHECK = textwrap.dedent("""
         text = str(exc)
         assert f"route_topk variant {treq.variant_names()[tkey]} for sm_90a" in text, text
         assert "`k3gen compile --from-record FILE`" in text, text
+
+    # The C++ call path: the wheel's stable-ABI library, loaded without a compiler and bound to this torch.
+    from k3gen.runtime import hostext
+    ext = hostext.load()
+    assert hostext.served() == "stable", hostext.served()
+    assert ext.__file__.startswith(venv) and "/k3gen/runtime/prebuilt/_k3stable." in ext.__file__, ext.__file__
     print("wheel ok")
 """)
 
@@ -115,12 +122,15 @@ def test_wheel_serves_without_a_compiler(tmp_path: Path, monkeypatch, capfd):
     assert main(args) == 0, capfd.readouterr()
     out = capfd.readouterr().out
     assert "  sm_90a " in out and "1 libraries" in out  # the size per arch
+    assert "C++ call path: stable ABI, built with torch" in out and "serves torch >= 2.10, CPython >= 3.10" in out
     (wheel,) = (tmp_path / "dist").glob("k3kernels-*.whl")
     first = wheel.read_bytes()
     assert main(args) == 0  # nothing to compile: the same bytes again
     assert wheel.read_bytes() == first
     names = zipfile.ZipFile(wheel).namelist()
     assert "k3kernels/prebuilt/situ_and_mul/sm_90a/lib.so" in names and "k3gen/runtime/cache.py" in names
+    (host,) = [n for n in names if n.startswith("k3gen/runtime/prebuilt/_k3stable.") and n.endswith(".abi3.so")]
+    assert f"{host}.json" in names
     assert not [n for n in names if n.startswith(("k3gen/oracles", "k3gen/model", "specs/"))]
 
     venv = tmp_path / "venv"
@@ -140,6 +150,8 @@ def test_wheel_serves_without_a_compiler(tmp_path: Path, monkeypatch, capfd):
         "K3GEN_NO_JIT": "1",
         "K3GEN_AOT_DIR": "",
         "PYTHONPATH": "",
+        "K3GEN_CACHE_DIR": str(tmp_path / "serving-cache"),  # nothing built here: the wheel's libraries serve
+        "K3GEN_HOST_PATH": "",
     }
     for var in ("K3GEN_NVCC", "CUDA_PATH", "K3GEN_RECORD"):
         env.pop(var, None)

@@ -7,9 +7,10 @@ served by the plan made for it; a call that differs in any of those (strides, al
 device, shape, a scalar) misses and is checked again. A family whose gates read a pointer other
 than as `T.ptr % N` has no alignment class, and its generated wrapper always takes the checked path.
 
-Two implementations of one contract (`call(*tensors, *scalars)` → outputs or None on a miss;
-`remember(plan, *tensors, *scalars)`): the C++ one (csrc/k3host.cpp, via hostext; it allocates a
-call's outputs as views of one block) and PyFastPath, used where the C++ one cannot be built.
+Implementations of one contract (`call(*tensors, *scalars)` → outputs or None on a miss;
+`remember(plan, *tensors, *scalars)`): the C++ ones, via hostext (csrc/k3stable.cpp on torch's
+stable ABI, one build for torch >= 2.10; csrc/k3host.cpp per torch, which allocates a call's outputs
+as views of one block), and PyFastPath, used where neither can be had.
 The generated wrapper passes the Args-field tensors first, in field order (None for an omitted
 one), then the other arguments in call order.
 """

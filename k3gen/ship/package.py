@@ -10,6 +10,8 @@ What the wheel holds (and nothing of the generator: no pydantic, jinja2 or specs
                                            serves; on any other GPU supported_hardware() is False and
                                            build() names the GPU's arch and these
     k3gen/__init__.py, k3gen/runtime/      what the wrappers import (torch and the standard library)
+    k3gen/runtime/prebuilt/                the C++ call path and its record: on torch's stable ABI, so one
+                                           library serves torch >= 2.10 and CPython >= 3.10 (prebuilt_host)
 
 The zip is written here, not by setuptools, so that the same tree and libraries give the same bytes:
 entries sorted, every timestamp $SOURCE_DATE_EPOCH (default 1980-01-01), fixed permissions.
@@ -84,7 +86,7 @@ def _digest(data: bytes) -> str:
 
 def wheel_files(root: Path, aot: Path, built: dict[str, list[str]], host: Path | None = None) -> dict[str, bytes]:
     """{path in the wheel: bytes}: wrappers, sources, the prebuilt libraries of `built`, the runtime
-    and, when `host` is given, the C++ call path prebuilt for this torch and Python."""
+    and, when `host` is given, the C++ call path prebuilt here (prebuilt_host)."""
     from k3gen.runtime import artifact
     from k3gen.runtime.cache import PREBUILT, PREBUILT_INDEX
     from k3gen.ship.tree import manifest_entries
@@ -109,32 +111,43 @@ def wheel_files(root: Path, aot: Path, built: dict[str, list[str]], host: Path |
     for f in sorted((k3gen / "runtime" / "csrc").glob("*.cpp")):  # the C++ call path, built where it runs
         files[f"k3gen/runtime/csrc/{f.name}"] = f.read_bytes()
     if host is not None:  # the library and the record that vouches for it (k3gen.runtime.hostext)
+        import platform
+
+        import torch
+
         from k3gen.runtime import hostext
 
         data = read_bytes(host, host.parent, MAX_LIBRARY_BYTES)
         files[f"k3gen/runtime/prebuilt/{host.name}"] = data
+        built_with = {"torch": str(torch.__version__), "python": platform.python_version()}
         files[f"k3gen/runtime/prebuilt/{hostext.record_name(host.name)}"] = hostext.record_text(
-            host.name, data
+            host.name, data, built_with=built_with
         ).encode()
     return files
 
 
 def prebuilt_host(aot: Path) -> tuple[Path | None, str]:
-    """The C++ call path (k3gen.runtime.hostext) compiled for this machine's torch and Python, so a
-    serving machine with the same torch and Python needs no compiler for it; or why not."""
+    """The C++ call path (k3gen.runtime.hostext) the wheel carries, so a serving machine needs no
+    compiler for it, and what it serves; or None and why not. With torch >= 2.10 here, the stable-ABI
+    build: any torch >= 2.10 and CPython >= 3.10 there (a CPU-only torch here builds it too).
+    Otherwise the per-torch build, as before: only this torch and Python there."""
     try:
         import torch
 
-        from k3gen.runtime import hostext
+        from k3gen.runtime import hostabi, hostext
     except ImportError:
         return None, "torch is not installed here"
-    if not (torch.version.cuda or torch.version.hip):
-        return None, f"torch {torch.__version__} here has no CUDA"
     try:
+        if hostabi.unsupported(torch) is None:
+            lib = hostext.compile_to(torch, aot / "_host" / hostabi.prebuilt_name(torch), hostabi.command)
+            oldest = ".".join(map(str, hostabi.OLDEST))
+            return lib, f"stable ABI, built with torch {torch.__version__}: serves torch >= {oldest}, CPython >= 3.10"
+        if not (torch.version.cuda or torch.version.hip):
+            return None, f"torch {torch.__version__} here has no CUDA"
         lib = hostext.compile_to(torch, aot / "_host" / hostext.prebuilt_name(torch))
     except OSError as exc:
         return None, str(exc).splitlines()[0]
-    return lib, f"prebuilt for torch {torch.__version__}, {sysconfig.get_config_var('SOABI')}"
+    return lib, f"prebuilt for torch {torch.__version__}, {sysconfig.get_config_var('SOABI')} only"
 
 
 def write_wheel(files: dict[str, bytes], out: Path, version: str, archs: list[str]) -> Path:
