@@ -292,6 +292,37 @@ def specialization_text(p: FamilyPlan) -> str:
     )
 
 
+def routing_table(p: FamilyPlan) -> Table | None:
+    """A routing family's axes (the spec's `routing`, or its defaults) in words (docs/kernels.md §3)."""
+    r = p.route
+    if r is None:
+        return None
+    scoring = {"sigmoid": "sigmoid (the formula per backend, below)", "softmax": "softmax over the row",
+               "sqrt_softplus": "sqrt(softplus(x))", "none": "the logits themselves"}  # fmt: skip
+    where = "over every expert, then the top-K" if r.scoring_at == "before" else "over the K picks of the logits"
+    bias = {"scores": "added to the scores for selection only", "logits": "added to the logits for selection only",
+            "none": "none"}  # fmt: skip
+    groups = (
+        f"{r.groups.count} groups of consecutive experts; the {r.groups.keep} best "
+        f"({'sum of their two best' if r.groups.score == 'sum_top2' else 'their best'} selection values) compete"
+        if r.groups
+        else "none: every expert competes"
+    )
+    renorm = {
+        "positive": "w / sum where the sum is positive, else w",
+        "add_eps": f"w / (sum + {r.renorm_eps:g})",
+        "clamp": f"w / max(sum, {r.renorm_eps:g})",
+    }
+    rows = [
+        ["scoring", code(r.scoring), f"{scoring[r.scoring]}, {where}"],
+        ["bias", code(r.bias), bias[r.bias]],
+        ["groups", code(f"{r.groups.count}/{r.groups.keep}") if r.groups else "—", groups],
+        ["renormalize", code(r.renormalize), f"{renorm[r.renormalize]}, when the call asks (its `renormalize`)"],
+        ["sorted", code(str(r.sorted).lower()), "by rank, descending" if r.sorted else "the picks in expert-id order"],
+    ]
+    return _table(["axis", "value", "meaning"], rows)
+
+
 def family_doc(p: FamilyPlan) -> dict:
     """Everything templates/common/doc.md.j2 prints for one family."""
     generated = len(p.spec.dtypes.generated_cells())
@@ -310,6 +341,7 @@ def family_doc(p: FamilyPlan) -> dict:
         "legend": arch_legend(declared_archs([p])),
         "gates": gate_items(p),
         "constants": constants_table(p),
+        "routing": routing_table(p),
         "tie_order": tie_order(p),
         "specializations": specialization_text(p),
         "runners": runners_table(p),
