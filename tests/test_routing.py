@@ -111,7 +111,8 @@ def test_the_routing_choice_is_part_of_the_cache_key(loaded):
         # Without the tuning table: it measured the bundled sigmoid, so the twin's render refuses it.
         plan.tuning = dataclasses.replace(plan.tuning, table_file=None, picks={}, claims={})
         files = render_family(make_env(ROOT), plan, "")
-        files["k3kernels/csrc/k3_backend.h"] = ""  # shared by both sides: its bytes do not matter here
+        # Shared by both sides: their bytes do not matter here.
+        files["k3kernels/csrc/k3_backend.h"] = files["k3kernels/csrc/k3_hip_compat.h"] = ""
         return {u.identity: u.key for lib in libraries([plan], files) for u in lib.units}
 
     before, after = keys(ls), keys(twin)
