@@ -4,7 +4,8 @@ The output directory (default <project>/build/aot, where the runtime looks witho
 
     build.ninja, .ninja_log, .ninja_deps   ninja's state: a rerun does nothing, an edited spec
                                            (after `k3gen build`) rebuilds only its family's units
-    <family>/<arch>/obj/<unit>.o           one object per translation unit (depfiles track headers)
+    <family>/<arch>/obj/<unit>.o           one object per translation unit, compiled from its staged copy
+                                           (k3gen.runtime.stage: an edited header is a new command)
     <family>/<arch>/lib.so                 one library per (family, arch)
     <family>/<arch>/k3gen-build.json       its record (k3gen.runtime.artifact): family, arch, the
                                            cache key the runtime computes, the library's sha256
@@ -236,10 +237,9 @@ def write_build(targets: list[Target], out: Path) -> Path:
     lines, have = [ninja.RULES], set()
     for t in targets:
         req = t.request
-        srcs = [req.csrc / req.family / s for s in req.sources]
         # A variant links the object its family's library compiles: one compile serves both.
         obj_dir = f"{req.family}/{req.arch}/obj/" if req.variant else None
-        edges, _ = ninja.library_edges(srcs, t.compiler, *req.flags(), f"{t.entry}/", t.entry, obj_dir, have)
+        edges, _ = ninja.library_edges(req.units(), t.compiler, req.flags()[1], f"{t.entry}/", t.entry, obj_dir, have)
         lines += edges
     path = out / "build.ninja"
     write_if_changed(path, "\n".join(lines))  # the same bytes keep a rerun a true no-op
