@@ -192,8 +192,13 @@ def holds(folder: Path, files: dict[str, bytes]) -> bool:
         return False
 
 
+def stage_root_shown() -> Path:
+    """The shared root, as messages name it (nothing is made or checked)."""
+    env = os.environ.get(STAGE_ENV, "").strip()
+    return Path(env) if env else DEFAULT_ROOT
+
+
 def unstaged(text: str, csrc: Path) -> str:
     """A compiler's output with every staged folder named as the csrc/ it was copied from."""
-    env = os.environ.get(STAGE_ENV, "").strip()
-    roots = "|".join(re.escape(str(r)) for r in (Path(env) if env else DEFAULT_ROOT, cache_root() / "src"))
+    roots = "|".join(re.escape(str(r)) for r in (stage_root_shown(), cache_root() / "src"))
     return re.sub(rf"(?:{roots})/[0-9a-f]{{{_DIGEST_CHARS}}}/", lambda _: f"{csrc}/", text)

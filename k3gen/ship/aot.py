@@ -336,6 +336,7 @@ def compile_targets(
     from k3gen.runtime import jobs as jobs_rule
     from k3gen.runtime import ninja
     from k3gen.runtime.files import locked
+    from k3gen.runtime.stage import stage_root_shown, unstaged
     from k3gen.runtime.toolchain import explain_failure
 
     start = time.perf_counter()
@@ -359,8 +360,8 @@ def compile_targets(
         proc = ninja.run(out, jobs, capture=hip, keep_going=True)
         missing_tool = explain_failure((proc.stdout or "") + (proc.stderr or ""), ", ".join(archs)) if hip else None
         if hip and not missing_tool:
-            sys.stdout.write(proc.stdout or "")
-            sys.stderr.write(proc.stderr or "")
+            sys.stdout.write(unstaged(proc.stdout or "", targets[0].request.csrc))
+            sys.stderr.write(unstaged(proc.stderr or "", targets[0].request.csrc))
         written, missing = write_records(targets, out, proc.returncode == 0)
         peak = jobs_rule.children_peak()
         # Only a run that compiled measures a compiler: a no-op rerun measures ninja alone.
@@ -386,7 +387,13 @@ def compile_targets(
         print(missing_tool, file=sys.stderr)
     if missing:
         print(
-            f"k3gen compile: failed: {', '.join(missing)}" + ("" if missing_tool else " (compiler output above)"),
+            f"k3gen compile: failed: {', '.join(missing)}"
+            + (
+                ""
+                if missing_tool
+                else f" (compiler output above; {stage_root_shown()}/<digest>/ in it is a staged copy of "
+                "generated/k3kernels/csrc/, k3gen.runtime.stage)"
+            ),
             file=sys.stderr,
         )
         return 1
