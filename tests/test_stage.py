@@ -157,3 +157,12 @@ def test_compiler_messages_name_the_generated_sources(fixed_stage, tmp_path):
     folder = stage.stage(FILES)
     text = f"{folder}/fam/u.cu(3): error: expected a ';'\n"
     assert stage.unstaged(text, tmp_path / "csrc") == f"{tmp_path}/csrc/fam/u.cu(3): error: expected a ';'\n"
+
+
+def test_builds_staging_the_same_sources_at_once_share_one_folder(fixed_stage):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        folders = set(pool.map(lambda _: stage.stage(FILES), range(32)))
+    assert len(folders) == 1 and stage.holds(folders.pop(), FILES)
+    assert [p.name for p in fixed_stage.iterdir()] == [stage.digest(FILES)]  # no temporary folder left

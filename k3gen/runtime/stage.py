@@ -31,6 +31,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -150,11 +151,16 @@ def _make(root: Path, folder: Path, files: dict[str, bytes]) -> None:
         except OSError:
             if holds(folder, files):  # another build staged the same sources first
                 return
-            # A folder of this user with other contents (a half-deleted one): set it aside, then take its place.
+            # Other contents (a half-deleted folder, a damaged one): set them aside, then take their place.
             trash = Path(tempfile.mkdtemp(prefix=f".{folder.name}-old-", dir=root))
-            os.rename(folder, trash / "old")
+            with contextlib.suppress(FileNotFoundError):  # another build set them aside first
+                os.rename(folder, trash / "old")
             shutil.rmtree(trash, ignore_errors=True)
-            os.rename(work, folder)
+            try:
+                os.rename(work, folder)
+            except OSError:
+                if not holds(folder, files):  # else another build put the right folder there first
+                    raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
