@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,15 @@ from k3gen.cli import main
 from support import copy_project
 
 pytest_plugins = ["fake_cc"]  # the fake device compiler fixture of the cache and AOT tests
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _source_stage(tmp_path_factory):
+    """Units compile from staged copies (k3gen.runtime.stage): in a folder of this session, so the
+    tests neither read nor leave anything in /tmp/k3gen-src (a test that needs the default says so)."""
+    if "K3GEN_SOURCE_STAGE" not in os.environ:
+        os.environ["K3GEN_SOURCE_STAGE"] = str(tmp_path_factory.mktemp("stage"))
+    yield
 
 
 @pytest.fixture

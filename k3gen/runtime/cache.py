@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import posixpath
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -38,6 +39,7 @@ from .env import cache_root, jit_disabled, trusted_cache
 from .errors import K3BuildError, K3ToolchainMissing
 from .files import locked, read_bytes, write_if_changed
 from .jobs import default_jobs
+from .stage import stage, unstaged
 from .toolchain import (
     backend_of,
     compile_flags,
@@ -91,6 +93,20 @@ class BuildRequest:
     def commands(self) -> tuple[str, list[str], list[str]]:
         return (find_compiler(self.backend), *self.flags())
 
+    def units(self) -> list[tuple[Path, list[str]]]:
+        """(source, compile flags) of each unit as it is compiled: its staged copy (k3gen.runtime.stage:
+        the unit and the headers it includes, at a path named by their bytes), -I that copy. The same
+        command in every checkout and on every machine, and a new one whenever any of those bytes change."""
+        out = []
+        for unit in self.sources:
+            names = [posixpath.normpath(posixpath.join(self.family, rel)) for rel in (unit, *self._included(unit))]
+            folder = stage({name: _read(self.csrc / name) for name in names})
+            out.append((folder / self.family / unit, compile_flags(self.arch, list(self.defines), folder)))
+        return out
+
+    def _included(self, unit: str) -> tuple[str, ...]:
+        return included_headers(lambda rel: _text_or_none(self.csrc / rel), self.family, unit)
+
     def content_key(self, read=None) -> str:
         """Everything but the compiler: computable on a machine that has no compiler.
 
@@ -123,8 +139,7 @@ class BuildRequest:
         unit = f"{variant}.{UNIT_EXT[self.backend]}"
         if unit not in self.sources:
             raise K3BuildError(f"k3gen: {self.family} has no variant {variant} for {self.arch}")
-        headers = included_headers(lambda rel: _text_or_none(self.csrc / rel), self.family, unit)
-        return replace(self, sources=(unit,), headers=headers, variant=variant)
+        return replace(self, sources=(unit,), headers=self._included(unit), variant=variant)
 
     def variant_names(self) -> dict[int, str]:
         """{switch key: variant name}, from the family's dispatch unit."""
@@ -296,9 +311,8 @@ def _ensure_jit(req: BuildRequest, key: str, content_key: str, root: Path) -> Pa
 
 
 def write_ninja(req: BuildRequest, build_dir: Path) -> Path:
-    compiler, cflags, lflags = req.commands()
-    srcs = [req.csrc / req.family / s for s in req.sources]
-    lines, lib = ninja.library_edges(srcs, compiler, cflags, lflags, "", f"{req.family}/{req.arch}")
+    compiler, _, lflags = req.commands()
+    lines, lib = ninja.library_edges(req.units(), compiler, lflags, "", f"{req.family}/{req.arch}")
     path = build_dir / "build.ninja"
     write_if_changed(path, "\n".join([ninja.RULES, *lines, f"default {lib}", ""]))
     return path
@@ -308,7 +322,7 @@ def _build(req: BuildRequest, build_dir: Path) -> None:
     write_ninja(req, build_dir)
     proc = ninja.run(build_dir, default_jobs(len(req.sources), req.arch)[0], capture=True)
     if proc.returncode != 0:
-        output = proc.stdout + proc.stderr
+        output = unstaged(proc.stdout + proc.stderr, req.csrc)
         if missing := explain_failure(output, req.arch, req.commands()[0]):  # one line, not one per unit
             raise K3ToolchainMissing(missing)
         raise K3BuildError(f"k3gen: building {req.family} for {req.arch} failed:\n{output}")

@@ -3,29 +3,36 @@
 One writer for both means an AOT library is compiled by exactly the commands a JIT build would run,
 each compile behind $K3GEN_COMPILER_LAUNCHER when it is set (sccache: a compile cache shared across
 machines; it changes no output, so no key hashes it).
-Objects carry nvcc/clang depfiles (-MD -MF), so an edited header rebuilds the units that include it.
+
+Every command is the same bytes in every checkout and on every machine with the same toolkit: a unit
+compiles from its staged copy (k3gen.runtime.stage: a path named by the bytes of the unit and the
+headers it includes) with -I that copy, into a path relative to the build folder ninja runs in, and
+links relative paths. So a shared compile cache serves any checkout, and ninja needs no depfile: an
+edited header is a new staged copy, so a new command, for exactly the units that include it. (A
+depfile would also cost sccache one more nvcc run per unit, `nvcc -M`, hit or miss.) The toolkit is
+named in each command by a digest of the compiler's version text ($toolkit, set as K3GEN_TOOLKIT for
+the compiler, which ignores it), so an upgraded compiler at the same path rebuilds everything too.
 A library is linked to a temporary name and renamed, so a process that already loaded the previous
 one never sees its file change under it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import subprocess
 from pathlib import Path
 
-from .toolchain import find_ninja, launcher
+from .toolchain import compiler_version, find_ninja, launcher
 
 RULES = """ninja_required_version = 1.3
 
 rule compile
-  command = $cxx $cflags -MD -MF $out.d -c $in -o $out
-  depfile = $out.d
-  deps = gcc
+  command = K3GEN_TOOLKIT=$toolkit $cxx $cflags -c $in -o $out
   description = compile $desc
 
 rule link
-  command = $cxx $ldflags $in -o $out.tmp && mv -f $out.tmp $out
+  command = K3GEN_TOOLKIT=$toolkit $cxx $ldflags $in -o $out.tmp && mv -f $out.tmp $out
   description = link $desc
 """
 
@@ -40,24 +47,29 @@ def command(args: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in args).replace("$", "$$")
 
 
+def toolkit(compiler: str) -> str:
+    """The compiler's identity in a command: a digest of its own version text."""
+    return hashlib.sha256(compiler_version(compiler).encode()).hexdigest()[:16]
+
+
 def library_edges(
-    sources: list[Path],
+    units: list[tuple[Path, list[str]]],
     compiler: str,
-    cflags: list[str],
     lflags: list[str],
     prefix: str,
     label: str,
     obj_dir: str | None = None,
     have: set | None = None,
 ) -> tuple[list[str], str]:
-    """(lines, library path): one compile edge per source into <prefix>obj/ (or obj_dir), one link
-    into <prefix>lib.so. Objects in `have` already have their edge (a variant library links the object
-    its family's library compiles); the objects emitted here are added to it."""
+    """(lines, library path): one compile edge per (source, compile flags) of `units` (as
+    BuildRequest.units gives them: staged) into <prefix>obj/ (or obj_dir), one link into <prefix>lib.so.
+    Objects in `have` already have their edge (a variant library links the object its family's
+    library compiles); the objects emitted here are added to it."""
     from .artifact import LIB
 
     lines, objs, have = [], [], set() if have is None else have
-    cc, cxx, cf, lf = command([*launcher(), compiler]), command([compiler]), command(cflags), command(lflags)
-    for src in sources:
+    cc, cxx, lf, tk = command([*launcher(), compiler]), command([compiler]), command(lflags), toolkit(compiler)
+    for src, cflags in units:
         obj = f"{obj_dir or prefix + 'obj/'}{src.stem}.o"
         objs.append(obj)
         if obj in have:
@@ -66,7 +78,8 @@ def library_edges(
         lines += [
             f"build {path(obj)}: compile {path(src)}",
             f"  cxx = {cc}",
-            f"  cflags = {cf}",
+            f"  cflags = {command(cflags)}",
+            f"  toolkit = {tk}",
             f"  desc = {label} {src.name}",
         ]
     lib = f"{prefix}{LIB}"
@@ -74,6 +87,7 @@ def library_edges(
         f"build {path(lib)}: link {' '.join(path(o) for o in objs)}",
         f"  cxx = {cxx}",
         f"  ldflags = {lf}",
+        f"  toolkit = {tk}",
         f"  desc = {label}",
         "",
     ]

@@ -94,7 +94,11 @@ def compile_flags(arch: str, defines: list[str], include: Path) -> list[str]:
 
 
 def link_flags(arch: str) -> list[str]:
-    return ["-shared"] if backend_of(arch) == "cuda" else ["-shared", "--hip-link"]
+    """-Xlinker=-x drops local symbols from the library: nvcc names each object's STT_FILE symbol
+    after its temporary file (tmpxft_<pid>_..., or sccache's x_0...), so without it no two builds of
+    the same sources give the same lib.so; with it every build does, plain or through a compile
+    cache, in any checkout. The entries the runtime looks up are global symbols, and stay."""
+    return ["-shared", "-Xlinker=-x"] if backend_of(arch) == "cuda" else ["-shared", "--hip-link"]
 
 
 def launcher() -> list[str]:

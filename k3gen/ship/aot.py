@@ -4,7 +4,8 @@ The output directory (default <project>/build/aot, where the runtime looks witho
 
     build.ninja, .ninja_log, .ninja_deps   ninja's state: a rerun does nothing, an edited spec
                                            (after `k3gen build`) rebuilds only its family's units
-    <family>/<arch>/obj/<unit>.o           one object per translation unit (depfiles track headers)
+    <family>/<arch>/obj/<unit>.o           one object per translation unit, compiled from its staged copy
+                                           (k3gen.runtime.stage: an edited header is a new command)
     <family>/<arch>/lib.so                 one library per (family, arch)
     <family>/<arch>/k3gen-build.json       its record (k3gen.runtime.artifact): family, arch, the
                                            cache key the runtime computes, the library's sha256
@@ -236,10 +237,9 @@ def write_build(targets: list[Target], out: Path) -> Path:
     lines, have = [ninja.RULES], set()
     for t in targets:
         req = t.request
-        srcs = [req.csrc / req.family / s for s in req.sources]
         # A variant links the object its family's library compiles: one compile serves both.
         obj_dir = f"{req.family}/{req.arch}/obj/" if req.variant else None
-        edges, _ = ninja.library_edges(srcs, t.compiler, *req.flags(), f"{t.entry}/", t.entry, obj_dir, have)
+        edges, _ = ninja.library_edges(req.units(), t.compiler, req.flags()[1], f"{t.entry}/", t.entry, obj_dir, have)
         lines += edges
     path = out / "build.ninja"
     write_if_changed(path, "\n".join(lines))  # the same bytes keep a rerun a true no-op
@@ -336,6 +336,7 @@ def compile_targets(
     from k3gen.runtime import jobs as jobs_rule
     from k3gen.runtime import ninja
     from k3gen.runtime.files import locked
+    from k3gen.runtime.stage import stage_root_shown, unstaged
     from k3gen.runtime.toolchain import explain_failure, explain_hip_arch
 
     start = time.perf_counter()
@@ -371,8 +372,8 @@ def compile_targets(
         output = (proc.stdout or "") + (proc.stderr or "")
         missing_tool = next(filter(None, (explain_failure(output, arch, cc) for arch, cc in hip)), None)
         if hip and not missing_tool:
-            sys.stdout.write(proc.stdout or "")
-            sys.stderr.write(proc.stderr or "")
+            sys.stdout.write(unstaged(proc.stdout or "", targets[0].request.csrc))
+            sys.stderr.write(unstaged(proc.stderr or "", targets[0].request.csrc))
         written, missing = write_records(targets, out, proc.returncode == 0)
         peak = jobs_rule.children_peak()
         # Only a run that compiled measures a compiler: a no-op rerun measures ninja alone.
@@ -399,7 +400,12 @@ def compile_targets(
     if missing or skipped:
         print(
             f"k3gen compile: failed: {', '.join(missing + skipped)}"
-            + (" (compiler output above)" if missing and not missing_tool else ""),
+            + (
+                f" (compiler output above; {stage_root_shown()}/<digest>/ in it is a staged copy of "
+                "generated/k3kernels/csrc/, k3gen.runtime.stage)"
+                if missing and not missing_tool
+                else ""
+            ),
             file=sys.stderr,
         )
         return 1
