@@ -54,6 +54,7 @@ def build(tmp: Path):
     port.write_text(source)
     per_torch = tmp / f"{hostext._NAME}.so"
     cmd = [a for a in hostext._command(torch, per_torch) if a not in ("-ltorch_cuda", "-ltorch_hip")]
+    cmd.insert(1, f"-I{hostext.SOURCE.parent}")  # the port is elsewhere: k3plans.h beside the original
     subprocess.run([port if a == str(hostext.SOURCE) else a for a in cmd], check=True)
     stable = hostext.compile_to(torch, tmp / hostabi.prebuilt_name(torch), hostabi.command)
     (tmp / "noop.c").write_text(

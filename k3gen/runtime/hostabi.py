@@ -26,6 +26,7 @@ import sysconfig
 from pathlib import Path
 
 SOURCE = Path(__file__).parent / "csrc" / "k3stable.cpp"
+PLANS = SOURCE.with_name("k3plans.h")  # what both C++ call paths share: part of both keys
 NAME = "_k3stable"
 SUFFIX = ".abi3.so"  # what CPython calls a limited-API extension; any 3.10+ interpreter loads it
 OLDEST = (2, 10)  # the oldest torch it serves
@@ -70,7 +71,7 @@ def content_key(torch) -> str:
     """Source and flags, never the torch or Python it was built with: one key for every machine."""
     paths = ("-I", "-L", "-o", "<out>", str(SOURCE))
     flags = [f for f in command(torch, Path("<out>"))[1:] if not f.startswith(paths)]
-    h = hashlib.sha256(SOURCE.read_bytes() + b"\0" + "\0".join(flags).encode())
+    h = hashlib.sha256(SOURCE.read_bytes() + b"\0" + PLANS.read_bytes() + b"\0" + "\0".join(flags).encode())
     return h.hexdigest()[:32]
 
 

@@ -85,6 +85,7 @@ def content_key(torch) -> str:
     h = hashlib.sha256()
     for part in (
         SOURCE.read_bytes(),
+        hostabi.PLANS.read_bytes(),
         "\0".join(flags).encode(),
         torch.__version__.encode(),
         str(torch.version.cuda or torch.version.hip).encode(),

@@ -108,7 +108,8 @@ def wheel_files(root: Path, aot: Path, built: dict[str, list[str]], host: Path |
     files["k3gen/__init__.py"] = (k3gen / "__init__.py").read_bytes()
     for f in sorted((k3gen / "runtime").glob("*.py")):
         files[f"k3gen/runtime/{f.name}"] = f.read_bytes()
-    for f in sorted((k3gen / "runtime" / "csrc").glob("*.cpp")):  # the C++ call path, built where it runs
+    csrc = k3gen / "runtime" / "csrc"
+    for f in sorted([*csrc.glob("*.cpp"), *csrc.glob("*.h")]):  # the C++ call path, built where it runs
         files[f"k3gen/runtime/csrc/{f.name}"] = f.read_bytes()
     if host is not None:  # the library and the record that vouches for it (k3gen.runtime.hostext)
         import platform

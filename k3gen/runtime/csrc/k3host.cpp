@@ -20,6 +20,8 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "k3plans.h"
+
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -31,10 +33,8 @@ extern PyObject* THPVariableClass;                       // torch.Tensor
 
 namespace {
 
-using Entry = int (*)(int64_t key, const void* args, void* stream, int device, char* err, size_t err_len);
-constexpr size_t kErrLen = 1024;
-constexpr size_t kMaxPlans = 1024;  // signatures remembered per family; an engine sees a handful
-constexpr int kMaxTensors = 16;
+using k3plans::kErrLen;
+using k3plans::kMaxTensors;
 
 struct Output {
   int slot;
@@ -45,33 +45,19 @@ struct Output {
 
 constexpr int64_t kOutputAlign = 256;  // each output starts on this boundary of the block
 
-struct Plan {
-  int64_t key = 0;
-  std::string args;                         // the Args struct's bytes, pointers patched per call
-  std::vector<std::pair<size_t, int>> pointers;  // (byte offset in Args, tensor slot)
-  std::vector<Output> allocate;             // outputs the caller did not pass
-  std::vector<int> returns;                 // tensor slots returned, in order
-  std::vector<PyObject*> strings;           // str scalars (the signature holds only their hash)
-  int64_t block_bytes = 0;                  // all outputs of a call, in one allocation
-  bool as_tuple = false, skip = false;
-  Entry entry = nullptr;
-  int device = 0;
+struct Plan : k3plans::Plan {
+  std::vector<Output> allocate;  // outputs the caller did not pass
+  int64_t block_bytes = 0;       // all outputs of a call, in one allocation
 };
 
-struct SignatureHash {
-  size_t operator()(const std::vector<int64_t>& v) const noexcept {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t x : v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
-    return static_cast<size_t>(h);
-  }
-};
+using Plans = std::unordered_map<k3plans::Signature, Plan, k3plans::SignatureHash>;
 
 struct Family {
   PyObject_HEAD
   int n_tensors;
   int64_t align;
   PyObject* on_error;  // on_error(rc, message: bytes) raises the wrapper's error
-  std::unordered_map<std::vector<int64_t>, Plan, SignatureHash>* plans;
+  Plans* plans;
 };
 
 PyObject* g_cdata;  // interned "_cdata": a tensor's TensorImpl* as an int
@@ -87,15 +73,13 @@ c10::TensorImpl* impl_of(PyObject* o) {
   return t;
 }
 
-enum Tag : int64_t { kNone = 1, kFloat, kInt, kBool, kStr, kTensor };
-
 // Appends the call's signature; false when it cannot be keyed (a tensor subclass, another type).
 bool signature(const Family* f, PyObject* const* args, Py_ssize_t n, std::vector<int64_t>& sig,
                c10::TensorImpl** impls, std::vector<PyObject*>* strings) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* o = args[i];
     if (o == Py_None) {
-      sig.push_back(kNone);
+      sig.push_back(k3plans::kNone);
       if (i < f->n_tensors) impls[i] = nullptr;
     } else if (i < f->n_tensors) {
       c10::TensorImpl* t = impl_of(o);
@@ -103,7 +87,7 @@ bool signature(const Family* f, PyObject* const* args, Py_ssize_t n, std::vector
       impls[i] = t;
       try {
         c10::Device d = t->device();
-        sig.push_back(kTensor);
+        sig.push_back(k3plans::kTensor);
         sig.push_back(static_cast<int64_t>(t->dtype().toScalarType()));
         sig.push_back(static_cast<int64_t>(d.type()) * 256 + d.index());
         sig.push_back(t->dim());
@@ -113,43 +97,11 @@ bool signature(const Family* f, PyObject* const* args, Py_ssize_t n, std::vector
       } catch (...) {  // sizes or data a plain tensor does not have (meta, custom policies)
         return false;
       }
-    } else if (PyFloat_CheckExact(o)) {
-      double v = PyFloat_AS_DOUBLE(o);
-      int64_t bits;
-      std::memcpy(&bits, &v, sizeof bits);
-      sig.push_back(kFloat);
-      sig.push_back(bits);
-    } else if (PyBool_Check(o)) {
-      sig.push_back(kBool);
-      sig.push_back(o == Py_True);
-    } else if (PyLong_CheckExact(o)) {
-      int overflow = 0;
-      long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-      if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); return false; }
-      sig.push_back(kInt);
-      sig.push_back(v);
-    } else if (PyUnicode_CheckExact(o)) {
-      Py_hash_t h = PyObject_Hash(o);
-      if (h == -1) { PyErr_Clear(); return false; }
-      sig.push_back(kStr);
-      sig.push_back(h);
-      if (strings) strings->push_back(o);
-    } else {
+    } else if (!k3plans::scalar_signature(o, sig, strings)) {
       return false;
     }
   }
   return true;
-}
-
-bool same_strings(const Plan& plan, PyObject* const* args, Py_ssize_t n, int n_tensors) {
-  size_t k = 0;
-  for (Py_ssize_t i = n_tensors; i < n; ++i) {
-    if (!PyUnicode_CheckExact(args[i])) continue;
-    if (k >= plan.strings.size()) return false;
-    int eq = PyObject_RichCompareBool(args[i], plan.strings[k++], Py_EQ);
-    if (eq != 1) { PyErr_Clear(); return false; }
-  }
-  return k == plan.strings.size();
 }
 
 // family.call(*tensors, *scalars): the outputs (a tensor or a tuple), or None when not cached.
@@ -163,7 +115,7 @@ PyObject* family_call(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   auto it = f->plans->find(sig);
   if (it == f->plans->end()) Py_RETURN_NONE;
   const Plan& plan = it->second;
-  if (!plan.strings.empty() && !same_strings(plan, args, n, f->n_tensors)) Py_RETURN_NONE;
+  if (!plan.strings.empty() && !k3plans::same_strings(plan, args, n, f->n_tensors)) Py_RETURN_NONE;
 
   at::TensorBase made[kMaxTensors];
   const void* ptrs[kMaxTensors];
@@ -219,17 +171,6 @@ PyObject* family_call(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   return out;
 }
 
-std::vector<int64_t> int_list(PyObject* seq) {
-  std::vector<int64_t> v;
-  PyObject* fast = PySequence_Fast(seq, "expected a sequence of ints");
-  if (fast == nullptr) throw std::runtime_error("expected a sequence of ints");
-  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); ++i)
-    v.push_back(PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i)));
-  Py_DECREF(fast);
-  if (PyErr_Occurred()) throw std::runtime_error("expected a sequence of ints");
-  return v;
-}
-
 // family.remember(plan, *tensors, *scalars): cache `plan` (made by fastpath.make_plan from a
 // checked call) for this call's signature. A call that cannot be keyed is not remembered.
 PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
@@ -243,26 +184,17 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   Plan plan;
   if (f->align > kOutputAlign) Py_RETURN_FALSE;  // outputs in the block are only this aligned
   if (!signature(f, args + 1, n - 1, sig, impls, &plan.strings)) Py_RETURN_FALSE;
-  // plan: (key, args bytes, ((offset, slot), ...), ((slot, example output), ...),
-  //        (return slots...), as_tuple, skip, entry address, device index)
-  PyObject *key, *bytes, *pointers, *allocate, *returns, *as_tuple, *skip, *entry, *device;
-  if (!PyArg_ParseTuple(args[0], "OSOOOOOOO", &key, &bytes, &pointers, &allocate, &returns, &as_tuple,
-                        &skip, &entry, &device))
-    return nullptr;
   try {
-    plan.key = PyLong_AsLongLong(key);
-    plan.args.assign(PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
-    for (Py_ssize_t i = 0; i < PyTuple_Size(pointers); ++i) {
-      auto p = int_list(PyTuple_GetItem(pointers, i));
-      plan.pointers.emplace_back(static_cast<size_t>(p.at(0)), static_cast<int>(p.at(1)));
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_Size(allocate); ++i) {
-      PyObject* o = PyTuple_GetItem(allocate, i);
-      c10::TensorImpl* t = o ? impl_of(PyTuple_GetItem(o, 1)) : nullptr;
+    PyObject* outputs;
+    if (!k3plans::read_plan(args[0], plan, &outputs)) return nullptr;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(outputs); ++i) {
+      PyObject* o = k3plans::item(outputs, i);
+      c10::TensorImpl* t = impl_of(k3plans::item(o, 1));
       if (t == nullptr) throw std::runtime_error("an output example must be a plain tensor");
-      plan.allocate.push_back({static_cast<int>(PyLong_AsLong(PyTuple_GetItem(o, 0))), t->sizes().vec(),
+      plan.allocate.push_back({static_cast<int>(PyLong_AsLong(k3plans::item(o, 0))), t->sizes().vec(),
                                t->strides().vec(), t->dtype().toScalarType()});
     }
+    if (PyErr_Occurred()) return nullptr;
     for (Output& o : plan.allocate) {  // the block's layout: each output at an aligned offset
       const int64_t item = static_cast<int64_t>(c10::elementSize(o.dtype));
       int64_t extent = 1;
@@ -276,34 +208,12 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
       plan.block_bytes = start + extent * item;
     }
     if (plan.block_bytes == 0) plan.block_bytes = 1;
-    for (int64_t s : int_list(returns)) plan.returns.push_back(static_cast<int>(s));
-    plan.as_tuple = PyObject_IsTrue(as_tuple);
-    plan.skip = PyObject_IsTrue(skip);
-    plan.entry = reinterpret_cast<Entry>(PyLong_AsVoidPtr(entry));
-    plan.device = static_cast<int>(PyLong_AsLong(device));
-    if (PyErr_Occurred()) return nullptr;
-    for (const auto& [offset, slot] : plan.pointers)
-      if (offset + sizeof(void*) > plan.args.size() || slot < 0 || slot >= f->n_tensors)
-        throw std::runtime_error("pointer field outside Args");
-    for (const Output& o : plan.allocate)
-      if (o.slot < 0 || o.slot >= f->n_tensors) throw std::runtime_error("output slot out of range");
-    for (int s : plan.returns)
-      if (s < 0 || s >= f->n_tensors) throw std::runtime_error("return slot out of range");
-    if (plan.returns.empty() || plan.entry == nullptr) throw std::runtime_error("empty plan");
+    k3plans::check_slots(plan, f->n_tensors);
   } catch (const std::exception& e) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, e.what());
     return nullptr;
   }
-  for (PyObject* s : plan.strings) Py_INCREF(s);
-  if (f->plans->size() >= kMaxPlans) {
-    for (auto& [_, p] : *f->plans)
-      for (PyObject* s : p.strings) Py_DECREF(s);
-    f->plans->clear();
-  }
-  auto [it, inserted] = f->plans->try_emplace(std::move(sig), std::move(plan));
-  if (!inserted) {  // a str scalar of equal hash but another value: keep the first
-    for (PyObject* s : plan.strings) Py_DECREF(s);
-  }
+  k3plans::keep(*f->plans, std::move(sig), std::move(plan));
   Py_RETURN_TRUE;
 }
 
@@ -324,15 +234,14 @@ int family_init(PyObject* self, PyObject* args, PyObject* kwargs) {
   }
   Py_INCREF(on_error);
   Py_XSETREF(f->on_error, on_error);
-  if (f->plans == nullptr) f->plans = new std::unordered_map<std::vector<int64_t>, Plan, SignatureHash>();
+  if (f->plans == nullptr) f->plans = new Plans();
   return 0;
 }
 
 void family_dealloc(PyObject* self) {
   auto* f = reinterpret_cast<Family*>(self);
   if (f->plans) {
-    for (auto& [_, p] : *f->plans)
-      for (PyObject* s : p.strings) Py_DECREF(s);
+    k3plans::forget_all(*f->plans);
     delete f->plans;
   }
   Py_XDECREF(f->on_error);

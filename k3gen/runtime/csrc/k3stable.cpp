@@ -27,6 +27,8 @@
 #define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
+#include "k3plans.h"
+
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -36,10 +38,8 @@
 
 namespace {
 
-using Entry = int (*)(int64_t key, const void* args, void* stream, int device, char* err, size_t err_len);
-constexpr size_t kErrLen = 1024;
-constexpr size_t kMaxPlans = 1024;  // signatures remembered per family; an engine sees a handful
-constexpr int kMaxTensors = 16;
+using k3plans::kErrLen;
+using k3plans::kMaxTensors;
 constexpr int64_t kMaxAlign = 256;  // the largest gate alignment served (CUDA's allocator gives 512)
 
 // What bind() was given: the running torch's addresses, none of them linked.
@@ -113,28 +113,12 @@ struct Output {
   int32_t dtype;
 };
 
-struct Plan {
-  int64_t key = 0;
-  std::string args;                              // the Args struct's bytes, pointers patched per call
-  std::vector<std::pair<size_t, int>> pointers;  // (byte offset in Args, tensor slot)
-  std::vector<Output> allocate;                  // outputs the caller did not pass
-  std::vector<int> returns;                      // tensor slots returned, in order
-  std::vector<PyObject*> strings;                // str scalars (the signature holds only their hash)
-  bool as_tuple = false, skip = false;
-  Entry entry = nullptr;
+struct Plan : k3plans::Plan {
+  std::vector<Output> allocate;  // outputs the caller did not pass
   int32_t device_type = 0;
-  int device = 0;
 };
 
-struct SignatureHash {
-  size_t operator()(const std::vector<int64_t>& v) const noexcept {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t x : v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
-    return static_cast<size_t>(h);
-  }
-};
-
-using Plans = std::unordered_map<std::vector<int64_t>, Plan, SignatureHash>;
+using Plans = std::unordered_map<k3plans::Signature, Plan, k3plans::SignatureHash>;
 
 struct Family {
   PyObject_HEAD
@@ -143,8 +127,6 @@ struct Family {
   PyObject* on_error;  // on_error(rc, message: bytes) raises the wrapper's error
   Plans* plans;
 };
-
-enum Tag : int64_t { kNone = 1, kFloat, kInt, kBool, kStr, kTensor };
 
 // Appends one tensor's part of a signature; false when the shim cannot describe it (sparse, no storage).
 bool tensor_signature(AtenTensorHandle h, int64_t align, std::vector<int64_t>& sig, void** data) {
@@ -155,7 +137,7 @@ bool tensor_signature(AtenTensorHandle h, int64_t align, std::vector<int64_t>& s
       aoti_torch_get_device_index(h, &device_index) || aoti_torch_get_dim(h, &dim) ||
       aoti_torch_get_sizes(h, &sizes) || aoti_torch_get_strides(h, &strides) || aoti_torch_get_data_ptr(h, data))
     return false;
-  sig.push_back(kTensor);
+  sig.push_back(k3plans::kTensor);
   sig.push_back(dtype);
   sig.push_back(static_cast<int64_t>(device_type) * 256 + device_index);
   sig.push_back(dim);
@@ -171,47 +153,15 @@ bool signature(const Family* f, PyObject* const* args, Py_ssize_t n, std::vector
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* o = args[i];
     if (o == Py_None) {
-      sig.push_back(kNone);
+      sig.push_back(k3plans::kNone);
     } else if (i < f->n_tensors) {
       hs.h[i] = handle_of(o, &hs.impls[i]);
       if (hs.h[i] == nullptr || !tensor_signature(hs.h[i], f->align, sig, &hs.data[i])) return false;
-    } else if (PyFloat_CheckExact(o)) {
-      double v = PyFloat_AsDouble(o);
-      int64_t bits;
-      std::memcpy(&bits, &v, sizeof bits);
-      sig.push_back(kFloat);
-      sig.push_back(bits);
-    } else if (PyBool_Check(o)) {
-      sig.push_back(kBool);
-      sig.push_back(o == Py_True);
-    } else if (PyLong_CheckExact(o)) {
-      int overflow = 0;
-      long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-      if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); return false; }
-      sig.push_back(kInt);
-      sig.push_back(v);
-    } else if (PyUnicode_CheckExact(o)) {
-      Py_hash_t h = PyObject_Hash(o);
-      if (h == -1) { PyErr_Clear(); return false; }
-      sig.push_back(kStr);
-      sig.push_back(h);
-      if (strings) strings->push_back(o);
-    } else {
+    } else if (!k3plans::scalar_signature(o, sig, strings)) {
       return false;
     }
   }
   return true;
-}
-
-bool same_strings(const Plan& plan, PyObject* const* args, Py_ssize_t n, int n_tensors) {
-  size_t k = 0;
-  for (Py_ssize_t i = n_tensors; i < n; ++i) {
-    if (!PyUnicode_CheckExact(args[i])) continue;
-    if (k >= plan.strings.size()) return false;
-    int eq = PyObject_RichCompareBool(args[i], plan.strings[k++], Py_EQ);
-    if (eq != 1) { PyErr_Clear(); return false; }
-  }
-  return k == plan.strings.size();
 }
 
 // The outputs the caller did not pass, each from torch's allocator with the checked layout. (One
@@ -236,7 +186,7 @@ PyObject* family_call(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   auto it = f->plans->find(sig);
   if (it == f->plans->end()) Py_RETURN_NONE;
   const Plan& plan = it->second;
-  if (!plan.strings.empty() && !same_strings(plan, args, n, f->n_tensors)) Py_RETURN_NONE;
+  if (!plan.strings.empty() && !k3plans::same_strings(plan, args, n, f->n_tensors)) Py_RETURN_NONE;
 
   Made made;
   if (!allocate(plan, made)) Py_RETURN_NONE;  // the checked path allocates again and raises torch's error
@@ -278,25 +228,6 @@ PyObject* family_call(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   return out;
 }
 
-std::vector<int64_t> int_list(PyObject* seq) {
-  std::vector<int64_t> v;
-  Py_ssize_t n = PySequence_Size(seq);
-  if (n < 0) throw std::runtime_error("expected a sequence of ints");
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* item = PySequence_GetItem(seq, i);
-    v.push_back(item ? PyLong_AsLongLong(item) : -1);
-    Py_XDECREF(item);
-  }
-  if (PyErr_Occurred()) throw std::runtime_error("expected a sequence of ints");
-  return v;
-}
-
-PyObject* item(PyObject* seq, Py_ssize_t i) {  // a borrowed tuple item, or throws
-  PyObject* o = PyTuple_Check(seq) ? PyTuple_GetItem(seq, i) : nullptr;
-  if (o == nullptr) throw std::runtime_error("expected a tuple");
-  return o;
-}
-
 // The layout of an example output (from the checked call) that a hit allocates again.
 Output output_of(int slot, PyObject* example) {
   void* impl = nullptr;
@@ -324,7 +255,7 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
     PyErr_SetString(PyExc_TypeError, "remember(plan, *tensors, *scalars)");
     return nullptr;
   }
-  std::vector<int64_t> sig;
+  k3plans::Signature sig;
   Handles hs;
   Plan plan;
   if (f->align > kMaxAlign) Py_RETURN_FALSE;
@@ -335,51 +266,20 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
     if (h && !first) first = h;
   if (first == nullptr || aoti_torch_get_device_type(first, &plan.device_type)) Py_RETURN_FALSE;
   if (plan.device_type != g.cpu && (plan.device_type != g.gpu || g.gpu_stream == nullptr)) Py_RETURN_FALSE;
-  // plan: (key, args bytes, ((offset, slot), ...), ((slot, example output), ...),
-  //        (return slots...), as_tuple, skip, entry address, device index)
-  PyObject *key, *bytes, *pointers, *allocate_, *returns, *as_tuple, *skip, *entry, *device;
-  if (!PyArg_ParseTuple(args[0], "OSOOOOOOO", &key, &bytes, &pointers, &allocate_, &returns, &as_tuple, &skip,
-                        &entry, &device))
-    return nullptr;
   try {
-    plan.key = PyLong_AsLongLong(key);
-    plan.args.assign(PyBytes_AsString(bytes), static_cast<size_t>(PyBytes_Size(bytes)));
-    for (Py_ssize_t i = 0; i < PyTuple_Size(pointers); ++i) {
-      auto p = int_list(item(pointers, i));
-      plan.pointers.emplace_back(static_cast<size_t>(p.at(0)), static_cast<int>(p.at(1)));
+    PyObject* outputs;
+    if (!k3plans::read_plan(args[0], plan, &outputs)) return nullptr;
+    for (Py_ssize_t i = 0; i < PyTuple_Size(outputs); ++i) {
+      PyObject* o = k3plans::item(outputs, i);
+      plan.allocate.push_back(output_of(static_cast<int>(PyLong_AsLong(k3plans::item(o, 0))), k3plans::item(o, 1)));
     }
-    for (Py_ssize_t i = 0; i < PyTuple_Size(allocate_); ++i) {
-      PyObject* o = item(allocate_, i);
-      plan.allocate.push_back(output_of(static_cast<int>(PyLong_AsLong(item(o, 0))), item(o, 1)));
-    }
-    for (int64_t s : int_list(returns)) plan.returns.push_back(static_cast<int>(s));
-    plan.as_tuple = PyObject_IsTrue(as_tuple);
-    plan.skip = PyObject_IsTrue(skip);
-    plan.entry = reinterpret_cast<Entry>(PyLong_AsVoidPtr(entry));
-    plan.device = static_cast<int>(PyLong_AsLong(device));
     if (PyErr_Occurred()) return nullptr;
-    for (const auto& [offset, slot] : plan.pointers)
-      if (offset + sizeof(void*) > plan.args.size() || slot < 0 || slot >= f->n_tensors)
-        throw std::runtime_error("pointer field outside Args");
-    for (const Output& o : plan.allocate)
-      if (o.slot < 0 || o.slot >= f->n_tensors) throw std::runtime_error("output slot out of range");
-    for (int s : plan.returns)
-      if (s < 0 || s >= f->n_tensors) throw std::runtime_error("return slot out of range");
-    if (plan.returns.empty() || plan.entry == nullptr) throw std::runtime_error("empty plan");
+    k3plans::check_slots(plan, f->n_tensors);
   } catch (const std::exception& e) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, e.what());
     return nullptr;
   }
-  for (PyObject* s : plan.strings) Py_INCREF(s);
-  if (f->plans->size() >= kMaxPlans) {
-    for (auto& [_, p] : *f->plans)
-      for (PyObject* s : p.strings) Py_DECREF(s);
-    f->plans->clear();
-  }
-  auto [it, inserted] = f->plans->try_emplace(std::move(sig), std::move(plan));
-  if (!inserted) {  // a str scalar of equal hash but another value: keep the first
-    for (PyObject* s : plan.strings) Py_DECREF(s);
-  }
+  k3plans::keep(*f->plans, std::move(sig), std::move(plan));
   Py_RETURN_TRUE;
 }
 
@@ -413,8 +313,7 @@ int family_init(PyObject* self, PyObject* args, PyObject* kwargs) {
 void family_dealloc(PyObject* self) {
   auto* f = reinterpret_cast<Family*>(self);
   if (f->plans) {
-    for (auto& [_, p] : *f->plans)
-      for (PyObject* s : p.strings) Py_DECREF(s);
+    k3plans::forget_all(*f->plans);
     delete f->plans;
   }
   Py_XDECREF(f->on_error);
