@@ -1,7 +1,10 @@
 """Compile every generated translation unit, for every arch the specs declare.
 
-CUDA: each family's units (FamilyPlan.sources) with nvcc and exactly the runtime's flags
-(k3gen.runtime.toolchain.compile_flags) for each CUDA arch of the spec. HIP: device code only
+CUDA: each family's units (FamilyPlan.sources) with nvcc and the runtime's flags
+(k3gen.runtime.toolchain.compile_flags) for each CUDA arch of the spec; the archs of a family whose
+flags differ only in their -gencode are compiled by one nvcc call per unit, every arch's -gencode in
+it: the same device code for each arch, the host side once (a third less time on CI's 2 cores, where
+this fixture is the longest step). HIP: device code only
 (k3gen.runtime.toolchain.device_only_flags: no ROCm here), each HIP arch with the first clang of
 HIP_CLANGS that knows it; an arch none of them knows is a skip that says so, never a pass. One ninja
 run per session builds every cell on all cores; each (family, backend, arch) is then its own test,
@@ -68,6 +71,7 @@ class Cell:
     skip: str | None = None  # why this cell was not compiled
     missing: bool = False  # the skip is a missing compiler (a failure under CI)
     error: str | None = None  # the toolchain failed before any unit was compiled
+    archs: tuple[str, ...] = ()  # the archs its units compile for (CUDA: one nvcc call may build several)
 
 
 def _cell_id(cell: tuple[str, str, str]) -> str:
@@ -132,16 +136,34 @@ def _as_claimed(arch: str, clang: str | None, why: Cell | None) -> Cell | None:
     )
 
 
-def _units(p, backend: str, arch: str, compiler: str, out_dir: Path) -> list[Unit]:
+def _cuda_groups(p) -> list[tuple[str, ...]]:
+    """The family's CUDA archs, grouped where their flags differ only in the -gencode (one nvcc call
+    per unit compiles each group)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for arch in p.archs("cuda"):
+        rest = tuple(f for f in compile_flags(arch, list(p.defines[arch]), CSRC) if not f.startswith("-gencode="))
+        groups.setdefault(rest, []).append(arch)
+    return [tuple(archs) for archs in groups.values()]
+
+
+def _cuda_flags(p, archs: tuple[str, ...]) -> list[str]:
+    """The first arch's flags with every arch's -gencode (the others' flags are the same: _cuda_groups)."""
+    first = compile_flags(archs[0], list(p.defines[archs[0]]), CSRC)
+    more = [f for a in archs[1:] for f in compile_flags(a, list(p.defines[a]), CSRC) if f.startswith("-gencode=")]
+    return [*first, *more]
+
+
+def _units(p, backend: str, archs: tuple[str, ...], compiler: str, out_dir: Path) -> list[Unit]:
     src_dir = CSRC / p.name
-    defines = list(p.defines[arch])
     units = []
     for name in p.sources[backend]:
         src = src_dir / name
         if backend == "cuda":
             out = out_dir / f"{Path(name).stem}.o"
-            cmd = [compiler, *compile_flags(arch, defines, CSRC), "-c", str(src), "-o", str(out)]
+            cmd = [compiler, *_cuda_flags(p, archs), "-c", str(src), "-o", str(out)]
         else:
+            (arch,) = archs
+            defines = list(p.defines[arch])
             out = out_dir / f"{Path(name).stem}.s"
             cmd = [compiler, *device_only_flags(arch), *defines, f"-I{CSRC}", "-S", str(src), "-o", str(out)]
         units.append(Unit(src, out, cmd))
@@ -185,23 +207,30 @@ def compiled(tmp_path_factory) -> dict[str, Cell]:
     for cell in CELLS:
         family, backend, arch = cell
         cid = _cell_id(cell)
+        if cid in cells:  # compiled with another arch of its family, by the same nvcc calls
+            continue
         if backend == "cuda":
-            compiler = nvcc
-            if compiler is None:
+            if nvcc is None:
                 cells[cid] = Cell(skip="nvcc (the CUDA toolkit) not found", missing=True)
                 continue
-        else:
-            if arch not in hip:
-                clang, why = _pick_hip_clang(arch, work)
-                hip[arch] = (clang, _as_claimed(arch, clang, why) or why)
-            compiler, why = hip[arch]
-            if why:
-                cells[cid] = why
-                continue
+            (archs,) = [g for g in _cuda_groups(PLANS[family]) if arch in g]
+            out_dir = work / f"{family}-cuda-{'+'.join(archs)}"
+            out_dir.mkdir()
+            group = Cell(units=_units(PLANS[family], backend, archs, nvcc, out_dir), archs=archs)
+            for a in archs:
+                cells[_cell_id((family, backend, a))] = group
+            continue
+        if arch not in hip:
+            clang, why = _pick_hip_clang(arch, work)
+            hip[arch] = (clang, _as_claimed(arch, clang, why) or why)
+        compiler, why = hip[arch]
+        if why:
+            cells[cid] = why
+            continue
         out_dir = work / cid
         out_dir.mkdir()
-        cells[cid] = Cell(units=_units(PLANS[family], backend, arch, compiler, out_dir))
-    units = [u for c in cells.values() for u in c.units]
+        cells[cid] = Cell(units=_units(PLANS[family], backend, (arch,), compiler, out_dir), archs=(arch,))
+    units = list({id(u): u for c in cells.values() for u in c.units}.values())  # a group's units once
     if units:
         _write_ninja(units, work)
         jobs = os.environ.get("K3GEN_JOBS") or str(os.cpu_count() or 1)  # as the runtime's builds
@@ -240,11 +269,14 @@ def test_compiles(compiled, cell):
         log = u.log.read_text() if u.log.exists() else ""
         if rc != "0" or not u.output.is_file() or u.output.stat().st_size == 0:
             failures.append(f"--- {u.source.relative_to(ROOT)} (exit {rc})\n$ {shlex.join(u.command)}\n{log}")
-        elif log.strip():
-            warnings.warn(CompileWarning(f"{u.source.relative_to(ROOT)} [{arch}]:\n{log}"), stacklevel=1)
+        elif log.strip() and arch == result.archs[0]:  # a group's warnings once, not once per arch
+            warnings.warn(
+                CompileWarning(f"{u.source.relative_to(ROOT)} [{', '.join(result.archs)}]:\n{log}"), stacklevel=1
+            )
     if failures:
+        together = f" (one nvcc call per unit for {', '.join(result.archs)})" if len(result.archs) > 1 else ""
         pytest.fail(
             f"{len(failures)} of {len(result.units)} translation units of {family} failed to compile "
-            f"for {arch}:\n" + "\n".join(failures),
+            f"for {arch}{together}:\n" + "\n".join(failures),
             pytrace=False,
         )
