@@ -44,6 +44,7 @@ from pathlib import Path
 
 from .env import cache_root
 from .errors import K3BuildError
+from .files import read_bytes, write_inside
 
 log = logging.getLogger("k3gen")
 STAGE_ENV = "K3GEN_SOURCE_STAGE"
@@ -138,10 +139,7 @@ def _make(root: Path, folder: Path, files: dict[str, bytes]) -> None:
     try:
         for name, data in files.items():
             path = work / name
-            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            write_inside(path, work, data)
             os.chmod(path, 0o444)  # whatever the umask
             os.utime(path, ns=(MTIME_NS, MTIME_NS))
         for d, _, _ in os.walk(work):
@@ -188,10 +186,8 @@ def holds(folder: Path, files: dict[str, bytes]) -> bool:
                 st = os.lstat(os.path.join(d, name))
                 if full not in files or not (stat.S_ISREG(st.st_mode) and _ours(st)):
                     return False
-                fd = os.open(os.path.join(d, name), os.O_RDONLY | os.O_NOFOLLOW)
-                with os.fdopen(fd, "rb") as f:
-                    if f.read(len(files[full]) + 1) != files[full]:
-                        return False
+                if read_bytes(Path(d) / name, folder, len(files[full])) != files[full]:
+                    return False
                 seen.add(full)
         return seen == set(files)
     except OSError:
