@@ -100,7 +100,7 @@ def test_a_rule_for_fewer_experts_visits_the_lanes_by_rank():
 def test_the_routing_choice_is_part_of_the_cache_key(loaded):
     """The same spec with another sigmoid on HIP: the HIP units' keys change (k3gen.render.keys hashes the
     rendered sources; the routing header holds each backend's row, so the CUDA units rebuild too)."""
-    from k3gen.render.keys import libraries
+    from k3gen.render.keys import SHARED_HEADERS, libraries
 
     ls = loaded["route_topk"]
     other = ls.spec.sigmoid.model_copy(update={"hip": "expf"})
@@ -111,8 +111,7 @@ def test_the_routing_choice_is_part_of_the_cache_key(loaded):
         # Without the tuning table: it measured the bundled sigmoid, so the twin's render refuses it.
         plan.tuning = dataclasses.replace(plan.tuning, table_file=None, picks={}, claims={})
         files = render_family(make_env(ROOT), plan, "")
-        # Shared by both sides: their bytes do not matter here.
-        files["k3kernels/csrc/k3_backend.h"] = files["k3kernels/csrc/k3_hip_compat.h"] = ""
+        files.update(dict.fromkeys(SHARED_HEADERS, ""))  # shared by both sides: their bytes do not matter here
         return {u.identity: u.key for lib in libraries([plan], files) for u in lib.units}
 
     before, after = keys(ls), keys(twin)

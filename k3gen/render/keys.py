@@ -40,6 +40,7 @@ BACKEND_HEADER = f"{CSRC}/k3_backend.h"
 # every library's key like the backend header, and of no CUDA tuning table's identity (nvcc reads
 # none of it).
 HIP_COMPAT_HEADER = f"{CSRC}/k3_hip_compat.h"
+SHARED_HEADERS = (BACKEND_HEADER, HIP_COMPAT_HEADER)  # rendered once, included by every family
 
 
 @dataclass(frozen=True)

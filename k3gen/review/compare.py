@@ -78,8 +78,7 @@ def _files_of(files: dict[str, str], families: set[str]) -> dict[str, str]:
             for f in families
         )
 
-    shared = ("k3kernels/csrc/k3_backend.h", "k3kernels/csrc/k3_hip_compat.h")
-    return {p: t for p, t in files.items() if mine(p) or p in shared}
+    return {p: t for p, t in files.items() if mine(p) or p in identity.SHARED_HEADERS}
 
 
 def _library_changes(old: list[identity.Library], new: list[identity.Library]) -> list[LibraryChange]:
