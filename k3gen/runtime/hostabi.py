@@ -46,25 +46,27 @@ def unsupported(torch) -> str | None:
     return None
 
 
-def command(torch, out: Path) -> list[str]:
-    """The build: against any torch >= 2.10's headers, linked to libtorch_cpu by soname only."""
+def cxx_command(torch, source: Path, out: Path, flags: list[str], libs: list[str]) -> list[str]:
+    """A C++ call path's build, one shape for both (this one and hostext's per-torch one): `source`
+    against torch's and Python's headers into the shared library `out`, with `flags` and `libs`."""
     root = Path(torch.__file__).parent
     return [
         os.environ.get("CXX", "c++"),
-        "-O2",
-        "-std=c++17",
-        "-fPIC",
-        "-shared",
-        "-w",
-        "-fvisibility=hidden",
+        *("-O2", "-std=c++17", "-fPIC", "-shared", "-w"),
+        *flags,
         f"-I{root / 'include'}",
         f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE),
+        str(source),
         "-o",
         str(out),
         f"-L{root / 'lib'}",
-        "-ltorch_cpu",
+        *libs,
     ]
+
+
+def command(torch, out: Path) -> list[str]:
+    """The build: against any torch >= 2.10's headers, linked to libtorch_cpu by soname only."""
+    return cxx_command(torch, SOURCE, out, ["-fvisibility=hidden"], ["-ltorch_cpu"])
 
 
 def content_key(torch) -> str:

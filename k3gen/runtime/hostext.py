@@ -54,28 +54,11 @@ _state: dict = {}
 
 
 def _command(torch, out: Path) -> list[str]:
-    root = Path(torch.__file__).parent
+    lib = Path(torch.__file__).parent / "lib"
     gpu_lib = "torch_hip" if torch.version.hip else "torch_cuda"
-    return [
-        os.environ.get("CXX", "c++"),
-        "-O2",
-        "-std=c++17",
-        "-fPIC",
-        "-shared",
-        "-w",
-        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-        f"-I{root / 'include'}",
-        f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE),
-        "-o",
-        str(out),
-        f"-L{root / 'lib'}",
-        "-lc10",
-        "-ltorch_cpu",
-        f"-l{gpu_lib}",
-        "-ltorch_python",
-        f"-Wl,-rpath,{root / 'lib'}",
-    ]
+    abi = [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    libs = ["-lc10", "-ltorch_cpu", f"-l{gpu_lib}", "-ltorch_python", f"-Wl,-rpath,{lib}"]
+    return hostabi.cxx_command(torch, SOURCE, out, abi, libs)
 
 
 def content_key(torch) -> str:
