@@ -76,6 +76,7 @@ KINDS = {  # the projects cases start from: which specs the copy holds
         "specs/per_token_group_quant.yaml",
         "specs/situ_and_mul.yaml",
     ),
+    "router": ("specs/route_deepseek_v3.yaml",),  # a model router: every routing axis set
 }
 SPEC_COMMANDS = ("validate", "build", "check", "list", "diff")
 IN_PROCESS_S = 2.0  # every hostile case answers within this (issue 9)
@@ -1029,6 +1030,7 @@ ENCODING = [
 ]
 
 RT = "route_topk.yaml"
+DSV3 = "route_deepseek_v3.yaml"  # a router with every axis of issue 24 set
 ROUTING = [
     # Tuning knobs (issue 13) are constants' names and numbers; the runner check's call (issue 11)
     # is dims and scalars by name with numbers: a payload in either is refused where it stands.
@@ -1127,6 +1129,70 @@ ROUTING = [
         "sigmoid",
         file=RT,
         kind="front",
+    ),
+    # The router axes of issue 24: each a closed vocabulary, a bounded number or a boolean.
+    R(
+        "routing",
+        "scoring-payload",
+        sub("scoring: sigmoid", 'scoring: "sigmoid\\"); k3_pwned(\\""', file=DSV3),
+        EDITED,
+        "scoring",
+        file=DSV3,
+        kind="router",
+    ),
+    R(
+        "routing",
+        "bias-path",
+        sub("bias: scores", "bias: ../../etc/passwd", file=DSV3),
+        EDITED,
+        "bias",
+        file=DSV3,
+        kind="router",
+    ),
+    R(
+        "routing",
+        "groups-count-expression",
+        sub("groups: {count: 8,", "groups: {count: \"8 + __import__('os').system('id')\",", file=DSV3),
+        EDITED,
+        "groups",
+        file=DSV3,
+        kind="router",
+    ),
+    R(
+        "routing",
+        "groups-score-payload",
+        sub("score: sum_top2}", 'score: "sum_top2; system(\\"id\\")"}', file=DSV3),
+        EDITED,
+        "groups",
+        file=DSV3,
+        kind="router",
+    ),
+    R(
+        "routing",
+        "renormalize-payload",
+        sub("renormalize: add_eps", 'renormalize: "add_eps */ k3_pwned(); /*"', file=DSV3),
+        EDITED,
+        "renormalize",
+        file=DSV3,
+        kind="router",
+    ),
+    R(
+        "routing",
+        "renorm-eps-overflow",
+        sub("renorm_eps: 1.0e-20", "renorm_eps: 1.0e+400", file=DSV3),
+        EDITED,
+        "renorm_eps",
+        file=DSV3,
+        kind="router",
+    ),
+    R(
+        "routing",
+        "sorted-string",
+        sub("scoring: sigmoid", 'scoring: sigmoid\n  sorted: "true); k3_pwned(("', file=DSV3),
+        EDITED,
+        "sorted",
+        file=DSV3,
+        kind="router",
     ),
     R(
         "routing",
