@@ -10,6 +10,7 @@ refused by the template's limits with the reason where it cannot.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -198,3 +199,37 @@ def test_an_arch_the_template_cannot_serve_is_refused_with_the_reason(repo, caps
     rc, _, err = _run(repo, capsys, "build")
     assert rc == 2
     assert message in err
+
+
+TOPK_KNOBS = "knobs: {strategy: [1, 2], block_threads: [256, 128, 512]}"
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        (TOPK_KNOBS, "knobs: {strategy: [1, 2], block_threads: [256, 128]}"),
+        (TOPK_KNOBS, "knobs: {block_threads: [256, 128, 512]}"),
+    ],
+    ids=["candidate-dropped", "knob-dropped"],
+)
+def test_new_knobs_leave_the_table_stale_not_malformed(repo, capsys, edit):
+    """The table measured other configs than the spec now names: every variant runs the default
+    config and the build says so; none of its picks is read as a config of the new knobs."""
+    _edit(repo, "route_topk", [edit])
+    rc, _, err = _run(repo, capsys, "build")
+    assert rc == 0, err
+    note = next(line for line in err.splitlines() if line.startswith("note: specs/tuning/route_topk.h200.yaml:"))
+    assert "3 of 3 variants untuned (stale: " in note, note
+    rc, out, err = _run(repo, capsys, "check")
+    assert rc == 0 and "k3gen check: generated/ is up to date" in out, err
+
+
+def test_a_pick_of_no_candidate_config_is_malformed(repo, capsys):
+    """A row whose pick is no candidate of the knobs it measured was edited by hand: a located error."""
+    table = repo / "specs/tuning/route_topk.h200.yaml"
+    text = table.read_text()
+    row = re.search(r'"config": \{[^}]*"block_threads": (\d+)', text)
+    table.write_text(text[: row.start(1)] + "96" + text[row.end(1) :])
+    rc, _, err = _run(repo, capsys, "build")
+    assert rc == 2
+    assert "specs/tuning/route_topk.h200.yaml:" in err and "is not a candidate of tuning.knobs" in err, err

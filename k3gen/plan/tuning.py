@@ -17,6 +17,7 @@ variant the family does not generate, a second table of one family, or a table o
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -214,6 +215,10 @@ def _read_table(located: LocatedData, rel: str, spec, base: Tuning, variant_name
         err(("picks",), f"picks is a mapping of variant -> {{identity, rows}}; rerun `{cmd}`")
         table = {}
     picks, claims = {}, {}
+    # A table measured under other knobs or candidates than the spec's now (a knob added, dropped or
+    # given other values): its picks are stale like any other edit's, not malformed (issue 25).
+    spec_configs = {json.dumps(c, sort_keys=True) for c in base.configs}
+    same_knobs = data.get("knobs") == base.knobs
     for name, entry in table.items():
         where = ("picks", name)
         if name not in variant_names:
@@ -235,7 +240,12 @@ def _read_table(located: LocatedData, rel: str, spec, base: Tuning, variant_name
         chosen = []
         for i, row in enumerate(rows):
             config = row.get("config") if isinstance(row, dict) else None
-            if config not in base.configs:
+            measured = row.get("all_us") if isinstance(row, dict) else None
+            if config not in base.configs and (
+                not same_knobs or (isinstance(measured, dict) and not set(measured) <= spec_configs)
+            ):
+                chosen.append(0)  # the identity names the configs too: settled() finds the entry stale
+            elif config not in base.configs:
                 err(
                     (*where, "rows", i, "config"),
                     f"config {ascii(config)[:120]} is not a candidate of tuning.knobs "
