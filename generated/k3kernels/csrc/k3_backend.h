@@ -267,9 +267,9 @@ struct DeviceScope {
   int prev = -1;
   explicit DeviceScope(int device) {
 #if K3_HIP
-    if (hipGetDevice(&prev) == hipSuccess && prev != device) hipSetDevice(device); else prev = -1;
+    if (hipGetDevice(&prev) != hipSuccess || prev == device || hipSetDevice(device) != hipSuccess) prev = -1;
 #else
-    if (cudaGetDevice(&prev) == cudaSuccess && prev != device) cudaSetDevice(device); else prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess || prev == device || cudaSetDevice(device) != cudaSuccess) prev = -1;
 #endif
   }
   ~DeviceScope() {
