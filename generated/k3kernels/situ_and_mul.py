@@ -17,6 +17,7 @@ FAMILY = "situ_and_mul"
 
 # Constants of the spec.
 block_threads = 256
+rows_per_thread = 1
 
 # The dtype matrix (in, out): generated cells, and excluded cells with the reason.
 AXES = ["in", "out"]

@@ -10,7 +10,7 @@ from k3kernels import situ_and_mul as family
 
 # What the oracle needs of the spec besides a variant's own parameters.
 SPEC = {
-    "constants": {"block_threads": 256},
+    "constants": {"block_threads": 256, "rows_per_thread": 1},
     "tie_order": "lowest_id",
     "defaults": {"out": {"from": "in", "map": {"bf16": "bf16", "fp16": "fp16", "fp32": "bf16"}}},
 }

@@ -5,23 +5,31 @@
 
 namespace k3_situ_and_mul {
 
-// Each thread moves one VEC-wide vector of a row's gate half and the matching up half.
-// threadIdx.x walks a row's vectors, threadIdx.y picks one of the rows a block covers.
-template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC, int block_threads>
+// Each thread moves one VEC-wide vector of a row's gate half and the matching up half, for every
+// rows_per_thread-th stack of rows (a grid of 1/rows_per_thread the rows). threadIdx.x walks a row's
+// vectors, threadIdx.y picks one of the rows a block covers. The next row's loads are issued before
+// this row's math, so a thread that walks several rows keeps its loads in flight while it computes.
+template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC, int block_threads, int rows_per_thread>
 __global__ void __launch_bounds__(block_threads)
 situ_and_mul_kernel(const T_in* __restrict__ x, int64_t x_stride0, T_out* __restrict__ out, int64_t M,
                     int64_t D, float beta, float linear_beta) {
   k3::pdl_wait();
   k3::pdl_launch_dependents();
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
-  if (col >= D) return;
+  int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
+  if (col >= D || row >= M) return;
   const float inv_beta = 1.0f / beta;
   const float inv_linear_beta = 1.0f / linear_beta;
-  for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < M;
-       row += int64_t(gridDim.y) * blockDim.y) {
-    const T_in* xr = x + row * x_stride0;
-    const k3::Vec<T_in, VEC> g = k3::load<T_in, VEC>(xr + col);
-    const k3::Vec<T_in, VEC> u = k3::load<T_in, VEC>(xr + D + col);
+  const int64_t step = int64_t(gridDim.y) * blockDim.y;
+  k3::Vec<T_in, VEC> g = k3::load<T_in, VEC>(x + row * x_stride0 + col);
+  k3::Vec<T_in, VEC> u = k3::load<T_in, VEC>(x + row * x_stride0 + D + col);
+  for (;;) {
+    const int64_t next = row + step;
+    k3::Vec<T_in, VEC> g_next, u_next;
+    if (next < M) {
+      g_next = k3::load<T_in, VEC>(x + next * x_stride0 + col);
+      u_next = k3::load<T_in, VEC>(x + next * x_stride0 + D + col);
+    }
     k3::Vec<T_out, VEC> o;
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
@@ -32,12 +40,17 @@ situ_and_mul_kernel(const T_in* __restrict__ x, int64_t x_stride0, T_out* __rest
       o.v[j] = k3::from_float<T_out>(gate * up);
     }
     k3::store<T_out, VEC>(out + row * D + col, o);
+    if (next >= M) return;
+    row = next;
+    g = g_next;
+    u = u_next;
   }
 }
 
 // Block shape: split a row's vectors into the fewest chunks of at most block_threads threads
-// (rounded to whole warps), and stack rows when a row needs fewer threads than a block holds.
-template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC, int block_threads>
+// (rounded to whole warps), and stack rows when a row needs fewer threads than a block holds; the
+// grid covers 1/rows_per_thread of the stacks (at most 65535), and each thread walks the rest.
+template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC, int block_threads, int rows_per_thread>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
   #if K3_CUDA
   static_assert(std::is_same<T_in, __nv_bfloat16>::value || std::is_same<T_in, __half>::value || std::is_same<T_in, float>::value || std::is_same<T_in, __nv_fp8_e4m3>::value, "in: templates/situ_and_mul/limits.yaml:5 allows bf16, fp16, fp32, fp8");
@@ -50,15 +63,16 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   static_assert(std::is_same<T_out, k3_bf16>::value || std::is_same<T_out, __half>::value || std::is_same<T_out, float>::value || std::is_same<T_out, k3_fp8>::value, "out: templates/situ_and_mul/limits.yaml:6 allows bf16, fp16, fp32, fp8");
   #endif
   static_assert(block_threads >= 64 && block_threads <= 1024 && block_threads % 64 == 0, "block_threads: templates/situ_and_mul/limits.yaml:11 allows at least 64; at most 1024; multiples of 64");
-  static_assert(((VEC * int((sizeof(T_out) > sizeof(T_in) ? sizeof(T_out) : sizeof(T_in)))) == 16 || (VEC * int((sizeof(T_out) > sizeof(T_in) ? sizeof(T_out) : sizeof(T_in)))) == 32), "vector.bytes: templates/situ_and_mul/limits.yaml:17 allows 16, 32");
+  static_assert(rows_per_thread >= 1 && rows_per_thread <= 64, "rows_per_thread: templates/situ_and_mul/limits.yaml:16 allows at least 1; at most 64");
+  static_assert(((VEC * int((sizeof(T_out) > sizeof(T_in) ? sizeof(T_out) : sizeof(T_in)))) == 16 || (VEC * int((sizeof(T_out) > sizeof(T_in) ? sizeof(T_out) : sizeof(T_in)))) == 32), "vector.bytes: templates/situ_and_mul/limits.yaml:21 allows 16, 32");
   const int64_t nvec = a.D / VEC;
   const int64_t chunks = (nvec + block_threads - 1) / block_threads;
   const int64_t per_chunk = (nvec + chunks - 1) / chunks;
   const int tx = int((per_chunk + K3_WARP_SIZE - 1) / K3_WARP_SIZE * K3_WARP_SIZE);
   const int ty = tx >= block_threads ? 1 : block_threads / tx;
-  const int64_t row_blocks = (a.M + ty - 1) / ty;
+  const int64_t row_blocks = (a.M + int64_t(ty) * rows_per_thread - 1) / (int64_t(ty) * rows_per_thread);
   const dim3 grid(unsigned(chunks), unsigned(row_blocks < 65535 ? row_blocks : 65535));
-  return k3::launch(situ_and_mul_kernel<T_in, T_out, has_linear_beta, FAST_MATH, VEC, block_threads>, grid, dim3(tx, ty), 0, stream, K3_PDL,
+  return k3::launch(situ_and_mul_kernel<T_in, T_out, has_linear_beta, FAST_MATH, VEC, block_threads, rows_per_thread>, grid, dim3(tx, ty), 0, stream, K3_PDL,
                     static_cast<const T_in*>(a.x), a.x_stride0, static_cast<T_out*>(a.out), a.M, a.D,
                     a.beta, a.linear_beta);
 }

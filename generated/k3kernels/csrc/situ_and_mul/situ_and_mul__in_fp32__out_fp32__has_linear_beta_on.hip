@@ -13,13 +13,19 @@ int situ_and_mul__in_fp32__out_fp32__has_linear_beta_on(const Args& a, k3_stream
   // Untuned (stale: specs/tuning/situ_and_mul.h200.yaml): the spec's default config for every M.
   static std::atomic<bool> said{false};
   switch (k3::untuned_config(tuning, said, "situ_and_mul",
-                             "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on is untuned (stale in specs/tuning/situ_and_mul.h200.yaml); ran the spec's default config (block_threads=256); tune with `k3gen tune --family situ_and_mul`")) {
-    case 1:  // block_threads=512
-      return k3::status(launch<float, float, true, false, 4, /*block_threads=*/512>(a, stream), err, err_len, "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on");
-    case 2:  // block_threads=1024
-      return k3::status(launch<float, float, true, false, 4, /*block_threads=*/1024>(a, stream), err, err_len, "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on");
-    default:  // 0: block_threads=256, the spec's default
-      return k3::status(launch<float, float, true, false, 4, /*block_threads=*/256>(a, stream), err, err_len, "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on");
+                             "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on is untuned (stale in specs/tuning/situ_and_mul.h200.yaml); ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family situ_and_mul`")) {
+    case 1:  // block_threads=256, rows_per_thread=4
+      return k3::status(launch<float, float, true, false, 4, /*block_threads=*/256, /*rows_per_thread=*/4>(a, stream), err, err_len, "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on");
+    case 2:  // block_threads=256, rows_per_thread=8
+      return k3::status(launch<float, float, true, false, 4, /*block_threads=*/256, /*rows_per_thread=*/8>(a, stream), err, err_len, "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on");
+    case 3:  // block_threads=512, rows_per_thread=1
+      return k3::status(launch<float, float, true, false, 4, /*block_threads=*/512, /*rows_per_thread=*/1>(a, stream), err, err_len, "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on");
+    case 4:  // block_threads=512, rows_per_thread=4
+      return k3::status(launch<float, float, true, false, 4, /*block_threads=*/512, /*rows_per_thread=*/4>(a, stream), err, err_len, "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on");
+    case 5:  // block_threads=512, rows_per_thread=8
+      return k3::status(launch<float, float, true, false, 4, /*block_threads=*/512, /*rows_per_thread=*/8>(a, stream), err, err_len, "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on");
+    default:  // 0: block_threads=256, rows_per_thread=1, the spec's default
+      return k3::status(launch<float, float, true, false, 4, /*block_threads=*/256, /*rows_per_thread=*/1>(a, stream), err, err_len, "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on");
   }
 }
 

@@ -13,6 +13,7 @@
 namespace k3_situ_and_mul {
 
 constexpr int block_threads = 256;
+constexpr int rows_per_thread = 1;
 
 // One per library (an inline variable): the family's, or a variant's built alone for a first call.
 inline k3::Tuning tuning;
