@@ -5,10 +5,28 @@
 
 namespace k3_situ_and_mul {
 
-// Each thread moves one VEC-wide vector of a row's gate half and the matching up half, for every
-// rows_per_thread-th stack of rows (a grid of 1/rows_per_thread the rows). threadIdx.x walks a row's
-// vectors, threadIdx.y picks one of the rows a block covers. The next row's loads are issued before
-// this row's math, so a thread that walks several rows keeps its loads in flight while it computes.
+// One vector of a row: gate half g, up half u, fp32 math, one rounding.
+template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC, int block_threads, int rows_per_thread>
+K3_DEVICE k3::Vec<T_out, VEC> situ_vector(const k3::Vec<T_in, VEC>& g, const k3::Vec<T_in, VEC>& u, float beta,
+                                          float inv_beta, float linear_beta, float inv_linear_beta) {
+  k3::Vec<T_out, VEC> o;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const float gf = k3::to_float(g.v[j]);
+    const float uf = k3::to_float(u.v[j]);
+    const float gate = beta * k3::tanh<FAST_MATH>(gf * inv_beta) * k3::sigmoid(gf);
+    const float up = has_linear_beta ? linear_beta * k3::tanh<FAST_MATH>(uf * inv_linear_beta) : uf;
+    o.v[j] = k3::from_float<T_out>(gate * up);
+  }
+  return o;
+}
+
+// Each thread moves one VEC-wide vector of a row's gate half and the matching up half.
+// threadIdx.x walks a row's vectors, threadIdx.y picks one of the rows a block covers. With
+// rows_per_thread > 1 the grid holds that fraction of the rows and each thread walks its share,
+// the next row's loads issued before this row's math, so its loads stay in flight while it computes
+// (fp32 inputs at large M). One row per thread keeps the plain loop: measured on the H200, the
+// pipelined loop costs ~10% there (bench/results/situ_pipelined_trial.log).
 template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC, int block_threads, int rows_per_thread>
 __global__ void __launch_bounds__(block_threads)
 situ_and_mul_kernel(const T_in* __restrict__ x, int64_t x_stride0, T_out* __restrict__ out, int64_t M,
@@ -16,34 +34,37 @@ situ_and_mul_kernel(const T_in* __restrict__ x, int64_t x_stride0, T_out* __rest
   k3::pdl_wait();
   k3::pdl_launch_dependents();
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
-  int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
-  if (col >= D || row >= M) return;
+  if (col >= D) return;
   const float inv_beta = 1.0f / beta;
   const float inv_linear_beta = 1.0f / linear_beta;
   const int64_t step = int64_t(gridDim.y) * blockDim.y;
-  k3::Vec<T_in, VEC> g = k3::load<T_in, VEC>(x + row * x_stride0 + col);
-  k3::Vec<T_in, VEC> u = k3::load<T_in, VEC>(x + row * x_stride0 + D + col);
-  for (;;) {
-    const int64_t next = row + step;
-    k3::Vec<T_in, VEC> g_next, u_next;
-    if (next < M) {
-      g_next = k3::load<T_in, VEC>(x + next * x_stride0 + col);
-      u_next = k3::load<T_in, VEC>(x + next * x_stride0 + D + col);
+  int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
+  if constexpr (rows_per_thread == 1) {
+    for (; row < M; row += step) {
+      const T_in* xr = x + row * x_stride0;
+      const k3::Vec<T_in, VEC> g = k3::load<T_in, VEC>(xr + col);
+      const k3::Vec<T_in, VEC> u = k3::load<T_in, VEC>(xr + D + col);
+      k3::store<T_out, VEC>(out + row * D + col, situ_vector<T_in, T_out, has_linear_beta, FAST_MATH, VEC, block_threads, rows_per_thread>(
+                                                     g, u, beta, inv_beta, linear_beta, inv_linear_beta));
     }
-    k3::Vec<T_out, VEC> o;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {
-      const float gf = k3::to_float(g.v[j]);
-      const float uf = k3::to_float(u.v[j]);
-      const float gate = beta * k3::tanh<FAST_MATH>(gf * inv_beta) * k3::sigmoid(gf);
-      const float up = has_linear_beta ? linear_beta * k3::tanh<FAST_MATH>(uf * inv_linear_beta) : uf;
-      o.v[j] = k3::from_float<T_out>(gate * up);
+  } else {
+    if (row >= M) return;
+    k3::Vec<T_in, VEC> g = k3::load<T_in, VEC>(x + row * x_stride0 + col);
+    k3::Vec<T_in, VEC> u = k3::load<T_in, VEC>(x + row * x_stride0 + D + col);
+    for (;;) {
+      const int64_t next = row + step;
+      k3::Vec<T_in, VEC> g_next, u_next;
+      if (next < M) {
+        g_next = k3::load<T_in, VEC>(x + next * x_stride0 + col);
+        u_next = k3::load<T_in, VEC>(x + next * x_stride0 + D + col);
+      }
+      k3::store<T_out, VEC>(out + row * D + col, situ_vector<T_in, T_out, has_linear_beta, FAST_MATH, VEC, block_threads, rows_per_thread>(
+                                                     g, u, beta, inv_beta, linear_beta, inv_linear_beta));
+      if (next >= M) return;
+      row = next;
+      g = g_next;
+      u = u_next;
     }
-    k3::store<T_out, VEC>(out + row * D + col, o);
-    if (next >= M) return;
-    row = next;
-    g = g_next;
-    u = u_next;
   }
 }
 
