@@ -15,8 +15,8 @@
 #  4. host cost per eager call (bench/host.py, decode shapes), each call over torch.sigmoid timed in
 #     the same process: the installed wheel (stable, prebuilt) against this checkout with its call
 #     path JIT-built (per-torch, K3GEN_HOST_PATH=torch, and stable), the kernels of both from the
-#     wheel's libraries so only the call path differs; REPS rounds, interleaved, medians; target:
-#     wheel <= 1.10 x the JIT-built per-torch tree.
+#     wheel's libraries so only the call path differs, and the wheel's Python path for scale; REPS
+#     rounds, interleaved, medians; target: wheel <= 1.10 x the JIT-built per-torch tree.
 # Logs: $OUT/abi/*.log; summary: $OUT/abi/summary.txt (also printed).
 set -uo pipefail
 ROOT=$PWD
@@ -88,6 +88,8 @@ say "== host cost per eager call, M=1 (us; x = over torch.sigmoid in the same pr
 AOT=$SITE/k3kernels/prebuilt  # the wheel's kernel libraries, laid out as k3gen compile leaves them
 for r in $(seq "${REPS:-3}"); do
   serve "$VPY" "$ROOT/bench/host.py" --json "$W/wheel.$r.json" > "$LOGS/host_wheel.$r.log" 2>&1
+  serve env K3GEN_HOST_PATH=python "$VPY" "$ROOT/bench/host.py" --json "$W/wheel_python.$r.json" \
+    > "$LOGS/host_wheel_python.$r.log" 2>&1  # the fallback the stable path replaces, for scale
   for path in torch stable; do
     (cd "$W/run" && env -u K3GEN_NO_JIT -u K3GEN_RECORD PYTHONPATH="$ROOT:$ROOT/generated" K3GEN_AOT_DIR="$AOT" \
        K3GEN_CACHE_DIR="$W/jit" K3GEN_HOST_PATH=$path python3 "$ROOT/bench/host.py" --json "$W/jit_$path.$r.json") \
@@ -101,7 +103,8 @@ w, reps = sys.argv[1], int(sys.argv[2])
 def runs(name):  # the rounds that wrote a result (a failed one is in its log)
     paths = [f"{w}/{name}.{r}.json" for r in range(1, reps + 1)]
     return [json.load(open(p)) for p in paths if os.path.exists(p)]
-names = {"JIT tree, per-torch": "jit_torch", "JIT tree, stable": "jit_stable", "wheel, stable": "wheel"}
+names = {"JIT tree, per-torch": "jit_torch", "JIT tree, stable": "jit_stable", "wheel, stable": "wheel",
+         "wheel, Python path": "wheel_python"}
 trees = {label: rs for label, name in names.items() if (rs := runs(name))}
 if "wheel, stable" not in trees or "JIT tree, per-torch" not in trees:
     sys.exit(f"  missing runs: {sorted(set(names) - set(trees))}; see host_*.log")
