@@ -163,10 +163,10 @@ GOAL_US = {
 }
 
 
-def bench_routers() -> tuple[list[dict], list[str]]:
-    """Every bundled router (bf16 scores) at M = 1, 128, 1024, 8192 (896/16 also at 16, 4096, 65536):
-    k3gen against torch.compile of the model's own routing code (bench/model_routing.py) and the peers
-    above."""
+def bench_routers(only: list[str] | None = None) -> tuple[list[dict], list[str]]:
+    """Every bundled router (bf16 scores; `only`: these) at M = 1, 128, 1024, 8192 (896/16 also at 16,
+    4096, 65536): k3gen against torch.compile of the model's own routing code (bench/model_routing.py)
+    and the peers above."""
     import importlib
 
     from model_routing import ROUTERS
@@ -176,7 +176,7 @@ def bench_routers() -> tuple[list[dict], list[str]]:
     torch._dynamo.config.cache_size_limit = 256
     rows, verdicts = [], []
     for name in sorted(ROUTERS):
-        if name not in k3kernels.FAMILIES:
+        if name not in k3kernels.FAMILIES or (only and name not in only):
             continue
         fam = importlib.import_module(f"k3kernels.{name}")
         op = getattr(fam, name)
@@ -377,10 +377,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    ap.add_argument("--router", action="append", help="with --family routers: only these routers")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for family in args.family or sorted(FAMILIES):
-        rows, verdicts = FAMILIES[family]()
+        rows, verdicts = FAMILIES[family](args.router) if family == "routers" and args.router else FAMILIES[family]()
         meta = {
             "device": torch.cuda.get_device_name(),
             "torch": torch.__version__,
