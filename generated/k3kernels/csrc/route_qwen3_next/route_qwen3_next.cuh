@@ -399,12 +399,51 @@ struct WarpShared {
   int32_t picked_id[K3_WARP_SIZE];
 };
 
+// Up to this K the warp select takes the K picks one by one (below) without the threshold: K rounds of
+// two redux.sync and a shuffle cost less than the threshold's bitonic sort (15 steps of 64-bit
+// shuffles) and the gather. Measured on the H200: bench/results/route_select_rounds.log.
+constexpr int kRoundsMaxK = 4;
+
+// The top K of the warp's keys one by one (`best`: this lane's largest): round r takes the warp's
+// largest key to lane r, and the lane that held it moves to its next best. Used keys become 0.
+template <int n, int K>
+K3_DEVICE void warp_rounds(uint64_t (&key)[n], const float (&weight)[n], uint64_t best, int& my_id,
+                           float& my_weight) {
+  constexpr int W = K3_WARP_SIZE;
+  const int lane = int(threadIdx.x % W);
+  float best_weight = 0.0f;
+#pragma unroll
+  for (int j = 0; j < n; ++j)
+    if (key[j] == best) best_weight = weight[j];
+#pragma unroll 1
+  for (int r = 0; r < K; ++r) {
+    const uint64_t top = warp_max_key(best);
+    const int e = int(top & 0x7fffu);
+    const float w = k3::shfl(best_weight, e % W);
+    if (lane == r) {
+      my_id = e;
+      my_weight = w;
+    }
+    if (lane == e % W) {  // the lane that held it: its next best
+      best = 0;
+#pragma unroll
+      for (int j = 0; j < n; ++j) {
+        if (key[j] == top) key[j] = 0;
+        if (key[j] > best) {
+          best = key[j];
+          best_weight = weight[j];
+        }
+      }
+    }
+  }
+}
+
 // One token's top-K by one warp: each lane holds experts lane, lane + lanes, ... (coalesced loads).
 // Keys are scored, biased and grouped first. The select: the K-th largest of the lanes' best keys is
 // a threshold at or below the K-th largest key (K lanes hold a key at least that large); the keys at
 // or above it (random rows: a few more than K) are gathered and ranked against each other. When more
-// than kWarpCandidates are (rows of ties), K rounds each take the warp's largest instead. Both give the
-// top K of the composite keys, which are unique: the same picks in the same order.
+// than kWarpCandidates are (rows of ties), or K <= kRoundsMaxK, K rounds each take the warp's largest
+// instead. Both give the top K of the composite keys, which are unique: the same picks in the same order.
 template <typename T_score, typename T_bias, int E, int K>
 K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
                           float* __restrict__ weights, int32_t* __restrict__ ids, bool renormalize, float scale) {
@@ -496,66 +535,46 @@ K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, co
   uint64_t best = 0;
 #pragma unroll
   for (int j = 0; j < n; ++j) best = key[j] > best ? key[j] : best;
-  const uint64_t threshold = k3::shfl(warp_sort_desc(best), K - 1);
-  uint32_t mine = 0;  // candidates of this lane: valid keys at or above the threshold
-#pragma unroll
-  for (int j = 0; j < n; ++j) mine += key[j] != 0 && key[j] >= threshold;
-  const uint32_t before = k3::warp_inclusive_scan(mine) - mine;
-  const uint32_t candidates = k3::shfl(before + mine, W - 1);
   int my_id = 0;  // lane r keeps pick r
   float my_weight = 0.0f;
-  if (candidates <= uint32_t(kWarpCandidates)) {
-    uint32_t slot = before;
-#pragma unroll
-    for (int j = 0; j < n; ++j) {
-      if (key[j] != 0 && key[j] >= threshold) {
-        ws.key[slot] = key[j];
-        ws.weight[slot] = weight[j];
-        ++slot;
-      }
-    }
-    warp_sync();
-    for (int i = lane; i < int(candidates); i += W) {  // rank among the candidates: the first K are the picks
-      const uint64_t k = ws.key[i];
-      int position = 0;
-#pragma unroll 8
-      for (int c = 0; c < int(candidates); ++c) position += ws.key[c] > k;
-      if (position < K) {
-        ws.picked_weight[position] = ws.weight[i];
-        ws.picked_id[position] = int(k & 0x7fffu);
-      }
-    }
-    warp_sync();
-    if (lane < K) {
-      my_id = ws.picked_id[lane];
-      my_weight = ws.picked_weight[lane];
-    }
-    warp_sync();  // the next token of this warp writes ws again
+  if constexpr (K <= kRoundsMaxK) {
+    warp_rounds<n, K>(key, weight, best, my_id, my_weight);
   } else {
-    float best_weight = 0.0f;
+    const uint64_t threshold = k3::shfl(warp_sort_desc(best), K - 1);
+    uint32_t mine = 0;  // candidates of this lane: valid keys at or above the threshold
 #pragma unroll
-    for (int j = 0; j < n; ++j)
-      if (key[j] == best) best_weight = weight[j];
-#pragma unroll 1
-    for (int r = 0; r < K; ++r) {
-      const uint64_t top = warp_max_key(best);
-      const int e = int(top & 0x7fffu);
-      const float w = k3::shfl(best_weight, e % W);
-      if (lane == r) {
-        my_id = e;
-        my_weight = w;
-      }
-      if (lane == e % W) {  // the lane that held it: its next best
-        best = 0;
+    for (int j = 0; j < n; ++j) mine += key[j] != 0 && key[j] >= threshold;
+    const uint32_t before = k3::warp_inclusive_scan(mine) - mine;
+    const uint32_t candidates = k3::shfl(before + mine, W - 1);
+    if (candidates <= uint32_t(kWarpCandidates)) {
+      uint32_t slot = before;
 #pragma unroll
-        for (int j = 0; j < n; ++j) {
-          if (key[j] == top) key[j] = 0;
-          if (key[j] > best) {
-            best = key[j];
-            best_weight = weight[j];
-          }
+      for (int j = 0; j < n; ++j) {
+        if (key[j] != 0 && key[j] >= threshold) {
+          ws.key[slot] = key[j];
+          ws.weight[slot] = weight[j];
+          ++slot;
         }
       }
+      warp_sync();
+      for (int i = lane; i < int(candidates); i += W) {  // rank among the candidates: the first K are the picks
+        const uint64_t k = ws.key[i];
+        int position = 0;
+#pragma unroll 8
+        for (int c = 0; c < int(candidates); ++c) position += ws.key[c] > k;
+        if (position < K) {
+          ws.picked_weight[position] = ws.weight[i];
+          ws.picked_id[position] = int(k & 0x7fffu);
+        }
+      }
+      warp_sync();
+      if (lane < K) {
+        my_id = ws.picked_id[lane];
+        my_weight = ws.picked_weight[lane];
+      }
+      warp_sync();  // the next token of this warp writes ws again
+    } else {
+      warp_rounds<n, K>(key, weight, best, my_id, my_weight);
     }
   }
   if constexpr (divide_late) my_weight = my_weight / total;
