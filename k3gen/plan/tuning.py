@@ -9,10 +9,11 @@ A table never blocks a build (issue 25). Each variant's entry names the identity
 measured: the family's rendered kernel code (kernel header and backend primitives, not the units
 that hold the picks), its knobs, configs, buckets and test shape, and the variant itself (dtypes,
 params, flags, vector width). A variant with no entry, or whose identity is no longer the current
-one (the kernel or the variant changed since), is *untuned*: it runs the spec's default config, and
-`k3gen build`, `k3gen check` and `k3gen diff` say so, one located line per family. What stays a
-located error is a table that is not a table: malformed, a pick that is no candidate config, a
-variant the family does not generate, a second table of one family, or a table of no family.
+one (the kernel, the knobs or their candidates, or the variant changed since), is *untuned*: it runs
+the spec's default config, and `k3gen build`, `k3gen check` and `k3gen diff` say so, one located line
+per family. What stays a located error is a table that is not a table: malformed, a pick that is no
+candidate of the very knobs its row measured (a hand edit), a variant the family does not generate,
+a second table of one family, or a table of no family.
 """
 
 from __future__ import annotations
