@@ -19,6 +19,7 @@ FAMILY = "per_token_group_quant"
 block_threads = 256
 fp8_max = 448.0
 eps = 1e-10
+rows_per_thread = 1
 
 # The dtype matrix (in): generated cells, and excluded cells with the reason.
 AXES = ["in"]

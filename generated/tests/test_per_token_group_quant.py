@@ -9,7 +9,11 @@ from k3gen.oracles import testing
 from k3kernels import per_token_group_quant as family
 
 # What the oracle needs of the spec besides a variant's own parameters.
-SPEC = {"constants": {"block_threads": 256, "fp8_max": 448.0, "eps": 1e-10}, "tie_order": "lowest_id", "defaults": {}}
+SPEC = {
+    "constants": {"block_threads": 256, "fp8_max": 448.0, "eps": 1e-10, "rows_per_thread": 1},
+    "tie_order": "lowest_id",
+    "defaults": {},
+}
 # Every generated variant: its parameters in the order of VARIANT_KEYS, and its test id.
 VARIANT_KEYS = ["in", "group_size", "scale_format", "fuse_silu_and_mul", "fast_math", "vec"]
 VARIANT_ROWS = [

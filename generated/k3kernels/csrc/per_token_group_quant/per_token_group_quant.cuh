@@ -8,36 +8,56 @@ namespace k3_per_token_group_quant {
 // --- fp8 group quantization (templates/per_token_group_quant/device.cuh.j2) ---
 enum ScaleLayout : int { kScaleRow = 0, kScaleCol = 1, kScaleUe8m0 = 2 };
 
-// One thread's VEC = 16 consecutive elements of row `row`, starting at column `col`. The
+// One thread's VEC = 16 consecutive elements of a row, as loaded: the input (and with
+// fuse_silu_and_mul the up half, K further on). Loading and quantizing are two steps so a thread
+// that walks several rows can issue the next row's loads before this row's math.
+template <typename T_in, bool fuse_silu_and_mul, int VEC>
+struct QuantInput {
+  static constexpr int per_access = 16 / int(sizeof(T_in));  // elements per 16-byte load
+  k3::Vec<T_in, per_access> a[VEC / per_access], b[fuse_silu_and_mul ? VEC / per_access : 1];
+};
+
+// Threads past K (active = false) load nothing: their elements count as zeros.
+template <typename T_in, bool fuse_silu_and_mul, int VEC>
+K3_DEVICE QuantInput<T_in, fuse_silu_and_mul, VEC> quant_load(const T_in* __restrict__ x_row, int64_t col,
+                                                              bool active, int64_t K) {
+  using In = QuantInput<T_in, fuse_silu_and_mul, VEC>;
+  In in;
+  if (active) {
+    const T_in* xr = x_row + col;
+#pragma unroll
+    for (int i = 0; i < VEC / In::per_access; ++i) {
+      in.a[i] = k3::load<T_in, In::per_access>(xr + i * In::per_access);
+      if constexpr (fuse_silu_and_mul) in.b[i] = k3::load<T_in, In::per_access>(xr + K + i * In::per_access);
+    }
+  }
+  return in;
+}
+
+// Quantizes one thread's loaded elements of row `row`, starting at column `col`. The
 // group_size / 16 threads of a group sit in one warp and reduce amax with xor shuffles; threads
 // past K (active = false) still take part, with zeros, so every shuffle has its full warp.
 template <typename T_in, int group_size, int layout, bool fuse_silu_and_mul, bool FAST_MATH, int VEC>
-K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool active, int64_t K, int64_t M,
-                            int64_t row, uint8_t* __restrict__ q, void* __restrict__ scale) {
+K3_DEVICE void quant_loaded(const QuantInput<T_in, fuse_silu_and_mul, VEC>& in, int64_t col, bool active,
+                            int64_t K, int64_t M, int64_t row, uint8_t* __restrict__ q, void* __restrict__ scale) {
   static_assert(VEC == 16, "16 elements per thread");
   constexpr int threads_per_group = group_size / VEC;
   static_assert(group_size % VEC == 0 && (threads_per_group & (threads_per_group - 1)) == 0 &&
                     threads_per_group <= K3_WARP_SIZE,
                 "a group's threads are a power of two within one warp: the amax shuffles stay inside the group");
-  constexpr int per_access = 16 / int(sizeof(T_in));  // elements per 16-byte load
+  constexpr int per_access = QuantInput<T_in, fuse_silu_and_mul, VEC>::per_access;
   const int64_t groups = K / group_size;
   const int64_t group = col / group_size;
   const bool group_leader = (col / VEC) % threads_per_group == 0;
   float v[VEC];
-  const T_in* xr = x_row + col;
 #pragma unroll
   for (int i = 0; i < VEC / per_access; ++i) {
-    k3::Vec<T_in, per_access> a, b;
-    if (active) {
-      a = k3::load<T_in, per_access>(xr + i * per_access);
-      if constexpr (fuse_silu_and_mul) b = k3::load<T_in, per_access>(xr + K + i * per_access);
-    }
 #pragma unroll
     for (int j = 0; j < per_access; ++j) {
-      float f = active ? k3::to_float(a.v[j]) : 0.0f;
+      float f = active ? k3::to_float(in.a[i].v[j]) : 0.0f;
       if constexpr (fuse_silu_and_mul) {
         // silu(g) * up exactly as torch rounds it: g / (1 + exp(-g)), then * up, in fp32.
-        f = active ? f / (1.0f + expf(-f)) * k3::to_float(b.v[j]) : 0.0f;
+        f = active ? f / (1.0f + expf(-f)) * k3::to_float(in.b[i].v[j]) : 0.0f;
       }
       v[i * per_access + j] = f;
     }
@@ -102,8 +122,18 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
   }
 }
 
-// threadIdx.x walks a row in 16-element steps, threadIdx.y picks the row.
-template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC, int block_threads>
+// Both steps at once: one row's vector, loaded and quantized.
+template <typename T_in, int group_size, int layout, bool fuse_silu_and_mul, bool FAST_MATH, int VEC>
+K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool active, int64_t K, int64_t M,
+                            int64_t row, uint8_t* __restrict__ q, void* __restrict__ scale) {
+  quant_loaded<T_in, group_size, layout, fuse_silu_and_mul, FAST_MATH, VEC>(
+      quant_load<T_in, fuse_silu_and_mul, VEC>(x_row, col, active, K), col, active, K, M, row, q, scale);
+}
+
+// threadIdx.x walks a row in 16-element steps, threadIdx.y picks the row. With rows_per_thread > 1
+// the grid holds that fraction of the rows and each thread walks its share, the next row's loads
+// issued before this row's amax and stores, so its loads stay in flight while it computes (large M).
+template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC, int block_threads, int rows_per_thread>
 __global__ void __launch_bounds__(block_threads)
 quant_kernel(const T_in* __restrict__ x, int64_t x_stride0, uint8_t* __restrict__ q, void* __restrict__ scale,
              int64_t M, int64_t K) {
@@ -112,16 +142,35 @@ quant_kernel(const T_in* __restrict__ x, int64_t x_stride0, uint8_t* __restrict_
   k3::pdl_wait();
   k3::pdl_launch_dependents();
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
-  for (int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y; row < M;
-       row += int64_t(gridDim.y) * blockDim.y) {
-    quant_vector<T_in, group_size, layout, fuse_silu_and_mul, FAST_MATH, VEC>(x + row * x_stride0, col, col < K, K, M,
-                                                                              row, q, scale);
+  const bool active = col < K;
+  const int64_t step = int64_t(gridDim.y) * blockDim.y;
+  int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
+  if constexpr (rows_per_thread == 1) {
+    for (; row < M; row += step) {
+      quant_vector<T_in, group_size, layout, fuse_silu_and_mul, FAST_MATH, VEC>(x + row * x_stride0, col, active, K,
+                                                                                M, row, q, scale);
+    }
+  } else {
+    // Every thread of a row stack walks the same rows (the amax shuffles need the whole warp).
+    if (row >= M) return;
+    auto in = quant_load<T_in, fuse_silu_and_mul, VEC>(x + row * x_stride0, col, active, K);
+    for (;;) {
+      const int64_t next = row + step;
+      decltype(in) in_next;
+      if (next < M) in_next = quant_load<T_in, fuse_silu_and_mul, VEC>(x + next * x_stride0, col, active, K);
+      quant_loaded<T_in, group_size, layout, fuse_silu_and_mul, FAST_MATH, VEC>(in, col, active, K, M, row, q,
+                                                                                scale);
+      if (next >= M) return;
+      row = next;
+      in = in_next;
+    }
   }
 }
 
 // Block shape: a row's threads in the fewest chunks of at most block_threads (whole warps, so
-// groups never straddle warps), rows stacked when a row needs fewer threads than a block holds.
-template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC, int block_threads>
+// groups never straddle warps), rows stacked when a row needs fewer threads than a block holds; the
+// grid covers 1/rows_per_thread of the stacks (at most 65535), and each thread walks the rest.
+template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC, int block_threads, int rows_per_thread>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
   #if K3_CUDA
   static_assert(std::is_same<T_in, __nv_bfloat16>::value || std::is_same<T_in, __half>::value || std::is_same<T_in, float>::value, "in: templates/per_token_group_quant/limits.yaml:6 allows bf16, fp16, fp32");
@@ -132,16 +181,17 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   static_assert(scale_format == scale_format_fp32_row || scale_format == scale_format_fp32_col || scale_format == scale_format_ue8m0, "scale_format: templates/per_token_group_quant/limits.yaml:11 allows fp32_row, fp32_col, ue8m0");
   static_assert(block_threads >= 64 && block_threads <= 1024 && block_threads % 64 == 0, "block_threads: templates/per_token_group_quant/limits.yaml:16 allows at least 64; at most 1024; multiples of 64");
   static_assert((fp8_max == 448.0f), "fp8_max: templates/per_token_group_quant/limits.yaml:21 allows 448.0");
-  static_assert(eps >= 1e-30f && eps <= 1.0f, "eps: templates/per_token_group_quant/limits.yaml:22 allows at least 1e-30; at most 1.0");
-  static_assert((VEC == 16), "vector.elements: templates/per_token_group_quant/limits.yaml:24 allows 16");
+  static_assert(rows_per_thread >= 1 && rows_per_thread <= 64, "rows_per_thread: templates/per_token_group_quant/limits.yaml:22 allows at least 1; at most 64");
+  static_assert(eps >= 1e-30f && eps <= 1.0f, "eps: templates/per_token_group_quant/limits.yaml:26 allows at least 1e-30; at most 1.0");
+  static_assert((VEC == 16), "vector.elements: templates/per_token_group_quant/limits.yaml:28 allows 16");
   const int64_t threads_per_row = a.K / VEC;
   const int64_t chunks = (threads_per_row + block_threads - 1) / block_threads;
   const int64_t per_chunk = (threads_per_row + chunks - 1) / chunks;
   const int tx = int((per_chunk + K3_WARP_SIZE - 1) / K3_WARP_SIZE * K3_WARP_SIZE);
   const int ty = tx >= block_threads ? 1 : block_threads / tx;
-  const int64_t row_blocks = (a.M + ty - 1) / ty;
+  const int64_t row_blocks = (a.M + int64_t(ty) * rows_per_thread - 1) / (int64_t(ty) * rows_per_thread);
   const dim3 grid(unsigned(chunks), unsigned(row_blocks < 65535 ? row_blocks : 65535));
-  return k3::launch(quant_kernel<T_in, group_size, scale_format, fuse_silu_and_mul, FAST_MATH, VEC, block_threads>, grid, dim3(tx, ty), 0, stream, K3_PDL,
+  return k3::launch(quant_kernel<T_in, group_size, scale_format, fuse_silu_and_mul, FAST_MATH, VEC, block_threads, rows_per_thread>, grid, dim3(tx, ty), 0, stream, K3_PDL,
                     static_cast<const T_in*>(a.x), a.x_stride0, static_cast<uint8_t*>(a.out), a.out_scale, a.M,
                     a.K);
 }

@@ -15,6 +15,7 @@ namespace k3_per_token_group_quant {
 constexpr int block_threads = 256;
 constexpr float fp8_max = 448.0f;
 constexpr float eps = 1e-10f;
+constexpr int rows_per_thread = 1;
 constexpr int scale_format_fp32_row = 0;
 constexpr int scale_format_fp32_col = 1;
 constexpr int scale_format_ue8m0 = 2;

@@ -459,7 +459,8 @@ struct WarpShared {
 
 // Up to this K the warp select takes the K picks one by one (below) without the threshold: K rounds of
 // two redux.sync and a shuffle cost less than the threshold's bitonic sort (15 steps of 64-bit
-// shuffles) and the gather. Measured on the H200: bench/results/route_select_rounds.log.
+// shuffles) and the gather. Measured on the H200: bench/results/route_select_rounds.log. Above it the
+// tuning table may still pick the rounds (strategy 3) where they measure faster.
 constexpr int kRoundsMaxK = 4;
 
 // The top K of the warp's keys one by one (`best`: this lane's largest): round r takes the warp's
@@ -500,9 +501,10 @@ K3_DEVICE void warp_rounds(uint64_t (&key)[n], const float (&weight)[n], uint64_
 // Keys are scored, biased and grouped first. The select: the K-th largest of the lanes' best keys is
 // a threshold at or below the K-th largest key (K lanes hold a key at least that large); the keys at
 // or above it (random rows: a few more than K) are gathered and ranked against each other. When more
-// than kWarpCandidates are (rows of ties), or K <= kRoundsMaxK, K rounds each take the warp's largest
-// instead. Both give the top K of the composite keys, which are unique: the same picks in the same order.
-template <typename T_score, typename T_bias, int E, int K>
+// than kWarpCandidates are (rows of ties), or `rounds` (K <= kRoundsMaxK, or strategy 3), K rounds each
+// take the warp's largest instead. Both give the top K of the composite keys, which are unique: the
+// same picks in the same order.
+template <typename T_score, typename T_bias, int E, int K, bool rounds>
 K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
                           float* __restrict__ weights, int32_t* __restrict__ ids, bool renormalize, float scale) {
   constexpr int W = K3_WARP_SIZE;
@@ -595,7 +597,7 @@ K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, co
   for (int j = 0; j < n; ++j) best = key[j] > best ? key[j] : best;
   int my_id = 0;  // lane r keeps pick r
   float my_weight = 0.0f;
-  if constexpr (K <= kRoundsMaxK) {
+  if constexpr (rounds) {
     warp_rounds<n, K>(key, weight, best, my_id, my_weight);
   } else {
     const uint64_t threshold = k3::shfl(warp_sort_desc(best), K - 1);
@@ -667,36 +669,56 @@ K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, co
 // --- fp8 group quantization (templates/per_token_group_quant/device.cuh.j2) ---
 enum ScaleLayout : int { kScaleRow = 0, kScaleCol = 1, kScaleUe8m0 = 2 };
 
-// One thread's VEC = 16 consecutive elements of row `row`, starting at column `col`. The
+// One thread's VEC = 16 consecutive elements of a row, as loaded: the input (and with
+// fuse_silu_and_mul the up half, K further on). Loading and quantizing are two steps so a thread
+// that walks several rows can issue the next row's loads before this row's math.
+template <typename T_in, bool fuse_silu_and_mul, int VEC>
+struct QuantInput {
+  static constexpr int per_access = 16 / int(sizeof(T_in));  // elements per 16-byte load
+  k3::Vec<T_in, per_access> a[VEC / per_access], b[fuse_silu_and_mul ? VEC / per_access : 1];
+};
+
+// Threads past K (active = false) load nothing: their elements count as zeros.
+template <typename T_in, bool fuse_silu_and_mul, int VEC>
+K3_DEVICE QuantInput<T_in, fuse_silu_and_mul, VEC> quant_load(const T_in* __restrict__ x_row, int64_t col,
+                                                              bool active, int64_t K) {
+  using In = QuantInput<T_in, fuse_silu_and_mul, VEC>;
+  In in;
+  if (active) {
+    const T_in* xr = x_row + col;
+#pragma unroll
+    for (int i = 0; i < VEC / In::per_access; ++i) {
+      in.a[i] = k3::load<T_in, In::per_access>(xr + i * In::per_access);
+      if constexpr (fuse_silu_and_mul) in.b[i] = k3::load<T_in, In::per_access>(xr + K + i * In::per_access);
+    }
+  }
+  return in;
+}
+
+// Quantizes one thread's loaded elements of row `row`, starting at column `col`. The
 // group_size / 16 threads of a group sit in one warp and reduce amax with xor shuffles; threads
 // past K (active = false) still take part, with zeros, so every shuffle has its full warp.
 template <typename T_in, int group_size, int layout, bool fuse_silu_and_mul, bool FAST_MATH, int VEC>
-K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool active, int64_t K, int64_t M,
-                            int64_t row, uint8_t* __restrict__ q, void* __restrict__ scale) {
+K3_DEVICE void quant_loaded(const QuantInput<T_in, fuse_silu_and_mul, VEC>& in, int64_t col, bool active,
+                            int64_t K, int64_t M, int64_t row, uint8_t* __restrict__ q, void* __restrict__ scale) {
   static_assert(VEC == 16, "16 elements per thread");
   constexpr int threads_per_group = group_size / VEC;
   static_assert(group_size % VEC == 0 && (threads_per_group & (threads_per_group - 1)) == 0 &&
                     threads_per_group <= K3_WARP_SIZE,
                 "a group's threads are a power of two within one warp: the amax shuffles stay inside the group");
-  constexpr int per_access = 16 / int(sizeof(T_in));  // elements per 16-byte load
+  constexpr int per_access = QuantInput<T_in, fuse_silu_and_mul, VEC>::per_access;
   const int64_t groups = K / group_size;
   const int64_t group = col / group_size;
   const bool group_leader = (col / VEC) % threads_per_group == 0;
   float v[VEC];
-  const T_in* xr = x_row + col;
 #pragma unroll
   for (int i = 0; i < VEC / per_access; ++i) {
-    k3::Vec<T_in, per_access> a, b;
-    if (active) {
-      a = k3::load<T_in, per_access>(xr + i * per_access);
-      if constexpr (fuse_silu_and_mul) b = k3::load<T_in, per_access>(xr + K + i * per_access);
-    }
 #pragma unroll
     for (int j = 0; j < per_access; ++j) {
-      float f = active ? k3::to_float(a.v[j]) : 0.0f;
+      float f = active ? k3::to_float(in.a[i].v[j]) : 0.0f;
       if constexpr (fuse_silu_and_mul) {
         // silu(g) * up exactly as torch rounds it: g / (1 + exp(-g)), then * up, in fp32.
-        f = active ? f / (1.0f + expf(-f)) * k3::to_float(b.v[j]) : 0.0f;
+        f = active ? f / (1.0f + expf(-f)) * k3::to_float(in.b[i].v[j]) : 0.0f;
       }
       v[i * per_access + j] = f;
     }
@@ -759,6 +781,14 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
     const int64_t at = layout == kScaleCol ? group * M + row : row * groups + group;
     static_cast<float*>(scale)[at] = s;
   }
+}
+
+// Both steps at once: one row's vector, loaded and quantized.
+template <typename T_in, int group_size, int layout, bool fuse_silu_and_mul, bool FAST_MATH, int VEC>
+K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool active, int64_t K, int64_t M,
+                            int64_t row, uint8_t* __restrict__ q, void* __restrict__ scale) {
+  quant_loaded<T_in, group_size, layout, fuse_silu_and_mul, FAST_MATH, VEC>(
+      quant_load<T_in, fuse_silu_and_mul, VEC>(x_row, col, active, K), col, active, K, M, row, q, scale);
 }
 
 template <typename T_score, typename T_act, bool FAST_MATH, int VEC, int block_threads>

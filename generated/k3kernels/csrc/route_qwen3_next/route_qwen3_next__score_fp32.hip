@@ -15,13 +15,19 @@ int route_qwen3_next__score_fp32(const Args& a, k3_stream_t stream, char* err, s
   static constexpr int8_t bucket_config[] = {0, 0, 0, 0, 0, 0};
   constexpr int buckets = 6;
   switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_qwen3_next",
-                          "specs/tuning/route_qwen3_next.h200.yaml; ran the spec's default config (block_threads=128); tune with `k3gen tune --family route_qwen3_next`")) {
-    case 1:  // block_threads=256
-      return k3::status(launch<float, false, 1, /*block_threads=*/256>(a, stream), err, err_len, "route_qwen3_next__score_fp32");
-    case 2:  // block_threads=512
-      return k3::status(launch<float, false, 1, /*block_threads=*/512>(a, stream), err, err_len, "route_qwen3_next__score_fp32");
-    default:  // 0: block_threads=128, the spec's default
-      return k3::status(launch<float, false, 1, /*block_threads=*/128>(a, stream), err, err_len, "route_qwen3_next__score_fp32");
+                          "specs/tuning/route_qwen3_next.h200.yaml; ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_qwen3_next`")) {
+    case 1:  // strategy=2, block_threads=256
+      return k3::status(launch<float, false, 1, /*strategy=*/2, /*block_threads=*/256>(a, stream), err, err_len, "route_qwen3_next__score_fp32");
+    case 2:  // strategy=2, block_threads=512
+      return k3::status(launch<float, false, 1, /*strategy=*/2, /*block_threads=*/512>(a, stream), err, err_len, "route_qwen3_next__score_fp32");
+    case 3:  // strategy=3, block_threads=128
+      return k3::status(launch<float, false, 1, /*strategy=*/3, /*block_threads=*/128>(a, stream), err, err_len, "route_qwen3_next__score_fp32");
+    case 4:  // strategy=3, block_threads=256
+      return k3::status(launch<float, false, 1, /*strategy=*/3, /*block_threads=*/256>(a, stream), err, err_len, "route_qwen3_next__score_fp32");
+    case 5:  // strategy=3, block_threads=512
+      return k3::status(launch<float, false, 1, /*strategy=*/3, /*block_threads=*/512>(a, stream), err, err_len, "route_qwen3_next__score_fp32");
+    default:  // 0: strategy=2, block_threads=128, the spec's default
+      return k3::status(launch<float, false, 1, /*strategy=*/2, /*block_threads=*/128>(a, stream), err, err_len, "route_qwen3_next__score_fp32");
   }
 }
 
