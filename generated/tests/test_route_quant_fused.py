@@ -21,6 +21,7 @@ SPEC = {
     "constants": {
         "num_experts": 896,
         "top_k": 16,
+        "strategy": 1,
         "max_tokens": 1024,
         "hidden": 3584,
         "group_size": 32,

@@ -16,11 +16,15 @@ int route_quant_fused__score_fp32__act_fp32(const Args& a, k3_stream_t stream, c
   static constexpr int8_t bucket_config[] = {1, 0, 0};
   constexpr int buckets = 3;
   switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_quant_fused",
-                          "specs/tuning/route_quant_fused.h200.yaml; ran the spec's default config (block_threads=256); tune with `k3gen tune --family route_quant_fused`")) {
-    case 1:  // block_threads=512
-      return k3::status(launch<float, float, false, 16, /*block_threads=*/512>(a, stream), err, err_len, "route_quant_fused__score_fp32__act_fp32");
-    default:  // 0: block_threads=256, the spec's default
-      return k3::status(launch<float, float, false, 16, /*block_threads=*/256>(a, stream), err, err_len, "route_quant_fused__score_fp32__act_fp32");
+                          "specs/tuning/route_quant_fused.h200.yaml; ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_quant_fused`")) {
+    case 1:  // strategy=1, block_threads=512
+      return k3::status(launch<float, float, false, 16, /*strategy=*/1, /*block_threads=*/512>(a, stream), err, err_len, "route_quant_fused__score_fp32__act_fp32");
+    case 2:  // strategy=2, block_threads=256
+      return k3::status(launch<float, float, false, 16, /*strategy=*/2, /*block_threads=*/256>(a, stream), err, err_len, "route_quant_fused__score_fp32__act_fp32");
+    case 3:  // strategy=2, block_threads=512
+      return k3::status(launch<float, float, false, 16, /*strategy=*/2, /*block_threads=*/512>(a, stream), err, err_len, "route_quant_fused__score_fp32__act_fp32");
+    default:  // 0: strategy=1, block_threads=256, the spec's default
+      return k3::status(launch<float, float, false, 16, /*strategy=*/1, /*block_threads=*/256>(a, stream), err, err_len, "route_quant_fused__score_fp32__act_fp32");
   }
 }
 

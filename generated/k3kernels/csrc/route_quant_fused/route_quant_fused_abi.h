@@ -14,6 +14,7 @@ namespace k3_route_quant_fused {
 
 constexpr int num_experts = 896;
 constexpr int top_k = 16;
+constexpr int strategy = 1;
 constexpr int max_tokens = 1024;
 constexpr int hidden = 3584;
 constexpr int group_size = 32;
