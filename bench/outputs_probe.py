@@ -1,0 +1,84 @@
+"""Does a kernel's time depend on who allocates its outputs? One process on the GPU, interleaved.
+
+bench/bench.py passes the outputs in (`out=`), so the 20 calls of a graph write the same buffers;
+`k3gen tune` times calls that allocate their outputs, each call its own. For per_token_group_quant
+(rows_per_thread) and route_quant_fused (strategy) the two disagreed about the same configs
+(bench/results/ptgq_rows_per_thread.log, route_quant_fused_strategy.log). This times every tuning
+config of the two both ways, on one batch, twice, and the table's own pick:
+
+    PYTHONPATH=$PWD:$PWD/generated python3 bench/outputs_probe.py   # on the GPU machine
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import time_graph_us
+
+from k3gen.runtime.cache import ensure_built
+from k3gen.runtime.module import device_arch
+
+GENERATED = Path(__file__).resolve().parent.parent / "generated"
+
+
+def forcing(fam, family: str):
+    """The family's configs and the library's switch that forces one (-1: the table's pick)."""
+    fam.build()
+    lib = ctypes.CDLL(str(ensure_built(fam.MODULE.request(device_arch(None)))))
+    force = getattr(lib, f"k3_{family}_tuning_force")
+    force.argtypes, force.restype = [ctypes.c_int], None
+    configs = json.loads((GENERATED / "k3kernels" / "tuning" / f"{family}.json").read_text())["configs"]
+    return configs, force
+
+
+def compare(label: str, configs, force, given, fresh) -> None:
+    for rnd in (1, 2):
+        for c, config in enumerate([*configs, "table's pick"]):
+            force(c if c < len(configs) else -1)
+            print(
+                f"{label} round {rnd} {config}: out= {time_graph_us(given):8.2f} us, "
+                f"allocated {time_graph_us(fresh):8.2f} us",
+                flush=True,
+            )
+    force(-1)
+
+
+def main() -> int:
+    from k3kernels import per_token_group_quant as ptgq
+    from k3kernels import route_quant_fused as rqf
+
+    configs, force = forcing(ptgq, "per_token_group_quant")
+    for m in (4096, 16384):
+        x = torch.randn(m, 7168, device="cuda").to(torch.bfloat16)
+        q, s = ptgq.per_token_group_quant(x, group_size=128, scale_format="ue8m0")
+        compare(
+            f"per_token_group_quant bf16 G128 ue8m0 M={m}",
+            configs,
+            force,
+            lambda: ptgq.per_token_group_quant(x, group_size=128, scale_format="ue8m0", out=q, out_scale=s),
+            lambda: ptgq.per_token_group_quant(x, group_size=128, scale_format="ue8m0"),
+        )
+    configs, force = forcing(rqf, "route_quant_fused")
+    m = 1024
+    scores = torch.randn(m, 896, device="cuda").to(torch.bfloat16)
+    bias = torch.randn(896, device="cuda") * 0.1
+    x = torch.randn(m, 3584, device="cuda").to(torch.bfloat16)
+    outs = dict(zip(("out_weights", "out_ids", "out_q", "out_scale"), rqf.route_quant_fused(scores, bias, x, 16)))
+    compare(
+        f"route_quant_fused bf16/bf16 M={m}",
+        configs,
+        force,
+        lambda: rqf.route_quant_fused(scores, bias, x, 16, **outs),
+        lambda: rqf.route_quant_fused(scores, bias, x, 16),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
