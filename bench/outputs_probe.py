@@ -11,7 +11,6 @@ config of the two both ways, on one batch, twice, and the table's own pick:
 
 from __future__ import annotations
 
-import ctypes
 import json
 import sys
 from pathlib import Path
@@ -21,20 +20,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import time_graph_us
 
-from k3gen.runtime.cache import ensure_built
-from k3gen.runtime.module import device_arch
+from k3gen.tune.run import config_switch
 
 GENERATED = Path(__file__).resolve().parent.parent / "generated"
 
 
-def forcing(fam, family: str):
-    """The family's configs and the library's switch that forces one (-1: the table's pick)."""
-    fam.build()
-    lib = ctypes.CDLL(str(ensure_built(fam.MODULE.request(device_arch(None)))))
-    force = getattr(lib, f"k3_{family}_tuning_force")
-    force.argtypes, force.restype = [ctypes.c_int], None
+def forcing(family: str):
+    """The family's module, its candidate configs and the switch that forces one (-1: the table's pick)."""
+    fam, force = config_switch(family)
     configs = json.loads((GENERATED / "k3kernels" / "tuning" / f"{family}.json").read_text())["configs"]
-    return configs, force
+    return fam, configs, force
 
 
 def compare(label: str, configs, force, given, fresh) -> None:
@@ -50,10 +45,7 @@ def compare(label: str, configs, force, given, fresh) -> None:
 
 
 def main() -> int:
-    from k3kernels import per_token_group_quant as ptgq
-    from k3kernels import route_quant_fused as rqf
-
-    configs, force = forcing(ptgq, "per_token_group_quant")
+    ptgq, configs, force = forcing("per_token_group_quant")
     for m in (4096, 16384):
         x = torch.randn(m, 7168, device="cuda").to(torch.bfloat16)
         q, s = ptgq.per_token_group_quant(x, group_size=128, scale_format="ue8m0")
@@ -64,7 +56,7 @@ def main() -> int:
             lambda: ptgq.per_token_group_quant(x, group_size=128, scale_format="ue8m0", out=q, out_scale=s),
             lambda: ptgq.per_token_group_quant(x, group_size=128, scale_format="ue8m0"),
         )
-    configs, force = forcing(rqf, "route_quant_fused")
+    rqf, configs, force = forcing("route_quant_fused")
     m = 1024
     scores = torch.randn(m, 896, device="cuda").to(torch.bfloat16)
     bias = torch.randn(896, device="cuda") * 0.1

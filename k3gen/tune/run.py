@@ -123,22 +123,31 @@ def _oracle_errors(op, oracle, variant: dict, cases: list[str], batches: dict) -
     return errors
 
 
-def tune_family(family: str, replays: int, min_gain: float, log) -> dict:
-    import torch
-
+def config_switch(family: str):
+    """The family built for this GPU, and its library's switch that forces candidate config c on
+    every call (`force(-1)`: the tuning table's picks again). Also bench/outputs_probe.py's."""
     from k3gen.runtime.cache import ensure_built
     from k3gen.runtime.module import device_arch
 
-    data = json.loads((GENERATED / "k3kernels" / "tuning" / f"{family}.json").read_text())
     fam = importlib.import_module(f"k3kernels.{family}")
-    op = getattr(fam, family)
+    fam.build()
+    lib = ctypes.CDLL(str(ensure_built(fam.MODULE.request(device_arch(None)))))  # the handle the wrapper loaded
+    force = getattr(lib, f"k3_{family}_tuning_force")
+    force.argtypes, force.restype = [ctypes.c_int], None
+    return fam, force
+
+
+def tune_family(family: str, replays: int, min_gain: float, log) -> dict:
+    import torch
+
+    from k3gen.runtime.module import device_arch
+
+    data = json.loads((GENERATED / "k3kernels" / "tuning" / f"{family}.json").read_text())
     oracle = importlib.import_module(data["oracle"])
     arch = device_arch(None)
     start = time.perf_counter()
-    fam.build()
-    lib = ctypes.CDLL(str(ensure_built(fam.MODULE.request(arch))))  # the handle the wrapper loaded
-    force = getattr(lib, f"k3_{family}_tuning_force")
-    force.argtypes, force.restype = [ctypes.c_int], None
+    fam, force = config_switch(family)
+    op = getattr(fam, family)
     log(
         f"{family}: built for {arch} in {time.perf_counter() - start:.1f} s; "
         f"{len(data['configs'])} configs x {len(data['variants'])} variants x {len(data['buckets'])} buckets"
