@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from pathlib import Path
 
 import torch
 
-sys.path[:0] = [
-    str(Path(__file__).resolve().parent),
-    str(Path(__file__).resolve().parents[1]),
-    str(Path(__file__).resolve().parents[1] / "generated"),
-]
+REPO = Path(__file__).resolve().parents[1]
+# The checkout timed: the one PYTHONPATH names when set (before/after runs time an older commit with
+# PYTHONPATH=build/before:build/before/generated; putting this checkout first would time it twice),
+# else this one. Each result's meta names the tree it timed.
+sys.path[:0] = [str(REPO / "bench"), *([] if os.environ.get("PYTHONPATH") else [str(REPO), str(REPO / "generated")])]
 
 from common import bandwidth_verdict, measure, time_graph_us  # noqa: E402
 
@@ -373,6 +374,14 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def timed_tree() -> str:
+    """Where the timed k3kernels package lives, relative to this checkout where it is inside it."""
+    import k3kernels
+
+    tree = Path(k3kernels.__file__).resolve().parents[1]
+    return str(tree.relative_to(REPO)) if tree.is_relative_to(REPO) else str(tree)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
@@ -383,6 +392,7 @@ def main() -> int:
     for family in args.family or sorted(FAMILIES):
         rows, verdicts = FAMILIES[family](args.router) if family == "routers" and args.router else FAMILIES[family]()
         meta = {
+            "tree": timed_tree(),
             "device": torch.cuda.get_device_name(),
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
@@ -394,7 +404,7 @@ def main() -> int:
         }
         (args.out / f"{family}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         (plot_host if family == "host" else plot)(rows, args.out / f"{family}.png", family)
-        print(f"== {family} on {meta['device']}")
+        print(f"== {family} on {meta['device']} ({meta['tree']})")
         print("\n".join(verdicts))
     return 0
 
