@@ -65,6 +65,29 @@ K3_DEVICE void store(T* p, const Vec<T, N>& v) {
         *reinterpret_cast<const Vec<T, per_access>*>(v.v + i * per_access);
 }
 
+// A thread's rows row, row + step, ... below M: `load(r)` reads row r, `compute(loaded, r)` does its
+// math and stores. With pipelined, row r + step's loads are issued before row r's compute, so they
+// stay in flight while it computes (bandwidth kernels at large M); without, the plain loop, which
+// costs less where a thread has one row. Every thread that shares shuffles must walk the same rows.
+template <bool pipelined, typename Load, typename Compute>
+K3_DEVICE void walk_rows(int64_t row, int64_t step, int64_t M, Load load, Compute compute) {
+  if constexpr (!pipelined) {
+    for (; row < M; row += step) compute(load(row), row);
+  } else {
+    if (row >= M) return;
+    auto in = load(row);
+    for (;;) {
+      const int64_t next = row + step;
+      decltype(in) in_next;
+      if (next < M) in_next = load(next);
+      compute(in, row);
+      if (next >= M) return;
+      row = next;
+      in = in_next;
+    }
+  }
+}
+
 template <typename T> K3_DEVICE float to_float(T x);
 template <typename T> K3_DEVICE T from_float(float x);  // round to nearest even, once
 

@@ -131,8 +131,8 @@ K3_DEVICE void quant_vector(const T_in* __restrict__ x_row, int64_t col, bool ac
 }
 
 // threadIdx.x walks a row in 16-element steps, threadIdx.y picks the row. With rows_per_thread > 1
-// the grid holds that fraction of the rows and each thread walks its share, the next row's loads
-// issued before this row's amax and stores, so its loads stay in flight while it computes (large M).
+// the grid holds that fraction of the rows and each thread walks its share, pipelined
+// (k3::walk_rows: the next row's loads in flight during this row's amax and stores; large M).
 template <typename T_in, int group_size, int scale_format, bool fuse_silu_and_mul, bool FAST_MATH, int VEC, int block_threads, int rows_per_thread>
 __global__ void __launch_bounds__(block_threads)
 quant_kernel(const T_in* __restrict__ x, int64_t x_stride0, uint8_t* __restrict__ q, void* __restrict__ scale,
@@ -143,28 +143,14 @@ quant_kernel(const T_in* __restrict__ x, int64_t x_stride0, uint8_t* __restrict_
   k3::pdl_launch_dependents();
   const int64_t col = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
   const bool active = col < K;
-  const int64_t step = int64_t(gridDim.y) * blockDim.y;
-  int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
-  if constexpr (rows_per_thread == 1) {
-    for (; row < M; row += step) {
-      quant_vector<T_in, group_size, layout, fuse_silu_and_mul, FAST_MATH, VEC>(x + row * x_stride0, col, active, K,
-                                                                                M, row, q, scale);
-    }
-  } else {
-    // Every thread of a row stack walks the same rows (the amax shuffles need the whole warp).
-    if (row >= M) return;
-    auto in = quant_load<T_in, fuse_silu_and_mul, VEC>(x + row * x_stride0, col, active, K);
-    for (;;) {
-      const int64_t next = row + step;
-      decltype(in) in_next;
-      if (next < M) in_next = quant_load<T_in, fuse_silu_and_mul, VEC>(x + next * x_stride0, col, active, K);
-      quant_loaded<T_in, group_size, layout, fuse_silu_and_mul, FAST_MATH, VEC>(in, col, active, K, M, row, q,
-                                                                                scale);
-      if (next >= M) return;
-      row = next;
-      in = in_next;
-    }
-  }
+  // Every thread of a row stack walks the same rows (the amax shuffles need the whole warp).
+  k3::walk_rows<(rows_per_thread > 1)>(
+      int64_t(blockIdx.y) * blockDim.y + threadIdx.y, int64_t(gridDim.y) * blockDim.y, M,
+      [&](int64_t row) { return quant_load<T_in, fuse_silu_and_mul, VEC>(x + row * x_stride0, col, active, K); },
+      [&](const QuantInput<T_in, fuse_silu_and_mul, VEC>& in, int64_t row) {
+        quant_loaded<T_in, group_size, layout, fuse_silu_and_mul, FAST_MATH, VEC>(in, col, active, K, M, row, q,
+                                                                                  scale);
+      });
 }
 
 // Block shape: a row's threads in the fewest chunks of at most block_threads (whole warps, so

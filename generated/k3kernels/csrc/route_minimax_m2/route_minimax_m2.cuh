@@ -609,9 +609,38 @@ K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, co
   }
 }
 
-constexpr int kStrategyBlock = 1;  // one block per token: the radix select of route_row
-constexpr int kStrategyWarp = 2;   // block_threads / warp size tokens per block, one warp each (route_warp)
+// How a routing block serves its tokens: the `strategy` knob of route_topk and route_quant_fused.
+constexpr int kStrategyBlock = 1;       // one block per token: the radix select of route_row
+constexpr int kStrategyWarp = 2;        // block_threads / warp size tokens per block, one warp each (route_warp)
 constexpr int kStrategyWarpRounds = 3;  // the same, its select K rounds whatever K (no threshold gather)
+
+// The routing blocks of M tokens.
+template <int strategy, int block_threads>
+__host__ __device__ constexpr int64_t routing_blocks(int64_t M) {
+  constexpr int64_t per_block = strategy == kStrategyBlock ? 1 : block_threads / K3_WARP_SIZE;
+  return (M + per_block - 1) / per_block;
+}
+
+// Routes routing block `block`'s tokens (of M) as `strategy` says; the whole block calls it.
+template <int strategy, int block_threads, typename T_score, typename T_bias, int E, int K>
+K3_DEVICE void route_block(int64_t block, const T_score* __restrict__ scores, int64_t scores_stride0,
+                           const T_bias* __restrict__ bias, float* __restrict__ weights, int32_t* __restrict__ ids,
+                           int64_t M, bool renormalize, float scale) {
+  if constexpr (strategy == kStrategyBlock) {
+    __shared__ RouteShared sh;
+    route_row<T_score, T_bias, E, K, block_threads>(sh, scores + block * scores_stride0, bias, weights + block * K,
+                                                    ids + block * K, renormalize, scale);
+  } else {
+    constexpr int per_block = block_threads / K3_WARP_SIZE;
+    __shared__ WarpShared ws[per_block];
+    const int warp = int(threadIdx.x / K3_WARP_SIZE);
+    const int64_t row = block * per_block + warp;
+    if (row >= M) return;  // the last block's spare warps (whole warps: the select's shuffles stay full)
+    constexpr bool rounds = strategy == kStrategyWarpRounds || K <= kRoundsMaxK;
+    route_warp<T_score, T_bias, E, K, rounds>(ws[warp], scores + row * scores_stride0, bias, weights + row * K,
+                                              ids + row * K, renormalize, scale);
+  }
+}
 
 template <typename T_score, typename T_bias, bool FAST_MATH, int VEC, int strategy, int block_threads>
 __global__ void __launch_bounds__(block_threads)
@@ -620,23 +649,8 @@ route_topk_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, co
                   float scale) {
   k3::pdl_wait();
   k3::pdl_launch_dependents();
-  if constexpr (strategy == kStrategyWarp || strategy == kStrategyWarpRounds) {
-    constexpr int per_block = block_threads / K3_WARP_SIZE;
-    __shared__ WarpShared ws[per_block];
-    const int warp = int(threadIdx.x / K3_WARP_SIZE);
-    const int64_t row = int64_t(blockIdx.x) * per_block + warp;
-    if (row >= M) return;  // the last block's spare warps (whole warps: the select's shuffles stay full)
-    constexpr bool rounds = strategy == kStrategyWarpRounds || top_k <= kRoundsMaxK;
-    route_warp<T_score, T_bias, num_experts, top_k, rounds>(ws[warp], scores + row * scores_stride0, bias,
-                                                             weights + row * top_k, ids + row * top_k,
-                                                             renormalize != 0, scale);
-  } else {
-    __shared__ RouteShared sh;
-    const int64_t row = blockIdx.x;
-    route_row<T_score, T_bias, num_experts, top_k, block_threads>(sh, scores + row * scores_stride0, bias,
-                                                                    weights + row * top_k, ids + row * top_k,
-                                                                    renormalize != 0, scale);
-  }
+  route_block<strategy, block_threads, T_score, T_bias, num_experts, top_k>(
+      blockIdx.x, scores, scores_stride0, bias, weights, ids, M, renormalize != 0, scale);
 }
 
 template <typename T_score, typename T_bias, bool FAST_MATH, int VEC, int strategy, int block_threads>
@@ -666,8 +680,7 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   static_assert(((strategy != 1) || (!(grouped || softmax || scoring_after))), "templates/route_topk/limits.yaml:33 requires strategy != 1 or not (grouped or softmax or scoring_after): one block per token keys each expert on its own: a softmax over the row, grouped selection and scoring after the top-K run in the warp strategies (strategy: 2 or 3)");
   static_assert(((strategy == 1) || (top_k <= 32)), "templates/route_topk/limits.yaml:35 requires strategy == 1 or top_k <= 32: the warp strategy keeps pick r on lane r: at most 32 picks (a CUDA warp)");
   if (a.M == 0) return K3_SUCCESS;  // no token, no launch (a grid of no blocks is a launch error)
-  constexpr int64_t rows_per_block = strategy == kStrategyBlock ? 1 : block_threads / K3_WARP_SIZE;
-  const int64_t blocks = (a.M + rows_per_block - 1) / rows_per_block;  // M < 2^31 (a gate): fits a grid
+  const int64_t blocks = routing_blocks<strategy, block_threads>(a.M);  // M < 2^31 (a gate): fits a grid
   return k3::launch(route_topk_kernel<T_score, T_bias, FAST_MATH, VEC, strategy, block_threads>, dim3(unsigned(blocks)), dim3(block_threads), 0,
                     stream, K3_PDL, static_cast<const T_score*>(a.scores), a.scores_stride0,
 static_cast<const T_bias*>(a.bias),

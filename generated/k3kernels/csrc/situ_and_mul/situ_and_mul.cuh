@@ -24,9 +24,8 @@ K3_DEVICE k3::Vec<T_out, VEC> situ_vector(const k3::Vec<T_in, VEC>& g, const k3:
 // Each thread moves one VEC-wide vector of a row's gate half and the matching up half.
 // threadIdx.x walks a row's vectors, threadIdx.y picks one of the rows a block covers. With
 // rows_per_thread > 1 the grid holds that fraction of the rows and each thread walks its share,
-// the next row's loads issued before this row's math, so its loads stay in flight while it computes
-// (fp32 inputs at large M). One row per thread keeps the plain loop: measured on the H200, the
-// pipelined loop costs ~10% there (bench/results/situ_pipelined_trial.log).
+// pipelined (k3::walk_rows; fp32 inputs at large M). One row per thread keeps the plain loop:
+// measured on the H200, the pipelined loop costs ~10% there (bench/results/situ_pipelined_trial.log).
 template <typename T_in, typename T_out, bool has_linear_beta, bool FAST_MATH, int VEC, int block_threads, int rows_per_thread>
 __global__ void __launch_bounds__(block_threads)
 situ_and_mul_kernel(const T_in* __restrict__ x, int64_t x_stride0, T_out* __restrict__ out, int64_t M,
@@ -37,35 +36,19 @@ situ_and_mul_kernel(const T_in* __restrict__ x, int64_t x_stride0, T_out* __rest
   if (col >= D) return;
   const float inv_beta = 1.0f / beta;
   const float inv_linear_beta = 1.0f / linear_beta;
-  const int64_t step = int64_t(gridDim.y) * blockDim.y;
-  int64_t row = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
-  if constexpr (rows_per_thread == 1) {
-    for (; row < M; row += step) {
-      const T_in* xr = x + row * x_stride0;
-      const k3::Vec<T_in, VEC> g = k3::load<T_in, VEC>(xr + col);
-      const k3::Vec<T_in, VEC> u = k3::load<T_in, VEC>(xr + D + col);
-      k3::store<T_out, VEC>(out + row * D + col, situ_vector<T_in, T_out, has_linear_beta, FAST_MATH, VEC, block_threads, rows_per_thread>(
-                                                     g, u, beta, inv_beta, linear_beta, inv_linear_beta));
-    }
-  } else {
-    if (row >= M) return;
-    k3::Vec<T_in, VEC> g = k3::load<T_in, VEC>(x + row * x_stride0 + col);
-    k3::Vec<T_in, VEC> u = k3::load<T_in, VEC>(x + row * x_stride0 + D + col);
-    for (;;) {
-      const int64_t next = row + step;
-      k3::Vec<T_in, VEC> g_next, u_next;
-      if (next < M) {
-        g_next = k3::load<T_in, VEC>(x + next * x_stride0 + col);
-        u_next = k3::load<T_in, VEC>(x + next * x_stride0 + D + col);
-      }
-      k3::store<T_out, VEC>(out + row * D + col, situ_vector<T_in, T_out, has_linear_beta, FAST_MATH, VEC, block_threads, rows_per_thread>(
-                                                     g, u, beta, inv_beta, linear_beta, inv_linear_beta));
-      if (next >= M) return;
-      row = next;
-      g = g_next;
-      u = u_next;
-    }
-  }
+  const T_in* xc = x + col;
+  struct GateUp {
+    k3::Vec<T_in, VEC> g, u;
+  };
+  k3::walk_rows<(rows_per_thread > 1)>(
+      int64_t(blockIdx.y) * blockDim.y + threadIdx.y, int64_t(gridDim.y) * blockDim.y, M,
+      [&](int64_t row) {
+        return GateUp{k3::load<T_in, VEC>(xc + row * x_stride0), k3::load<T_in, VEC>(xc + row * x_stride0 + D)};
+      },
+      [&](const GateUp& in, int64_t row) {
+        k3::store<T_out, VEC>(out + row * D + col, situ_vector<T_in, T_out, has_linear_beta, FAST_MATH, VEC, block_threads, rows_per_thread>(
+                                                       in.g, in.u, beta, inv_beta, linear_beta, inv_linear_beta));
+      });
 }
 
 // Block shape: split a row's vectors into the fewest chunks of at most block_threads threads
