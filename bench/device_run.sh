@@ -31,8 +31,11 @@ from k3gen.runtime import hostext
 t = time.perf_counter(); m = hostext.load(); dt = time.perf_counter() - t
 print(f"C++ call path (k3gen/runtime/csrc/k3host.cpp): first build {dt * 1e3:.0f} ms ({'built' if m else 'NOT built'})")
 PY
+  # Also straight into the returned folder: a call cut by the device tool's own limit returns no
+  # tgz, and this log says how far the tests got.
   timeout "${TEST_TIMEOUT:-330}" python3 -m pytest ${TESTS:-generated/tests tests/test_fastpath.py} -p no:cacheprovider -q \
-    2>&1 | tee "$OUT/gpu_tests.log" | tail -8
+    2>&1 | tee "$OUT/gpu_tests.log" "$FINAL/gpu_tests.partial.log" | tail -8
+  rm -f "$FINAL/gpu_tests.partial.log"
   if [ -f build/spec_edits/run.py ]; then
     timeout "${EDITS_TIMEOUT:-200}" python3 build/spec_edits/run.py --json "$OUT/spec_edits.json" 2>&1 \
       | tee "$OUT/spec_edits.log" | tail -40
