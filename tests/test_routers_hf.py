@@ -41,10 +41,6 @@ M = 64
 # fp32 weights apart by at most this relative error: the models add the K weights (and a softmax its
 # row) in torch's own order, k3gen in the fixed order its kernels use (docs/kernels.md §3).
 TOLERANCE = {"rtol": 4e-6, "atol": 1e-7}
-# sqrt(softplus): the model's F.softplus is ATen's fused CPU kernel, the oracle's log1p(exp(x)) (the
-# kernels' formula) two ops; late in a full CI run the two have differed by up to 1.8e-5 relative in
-# the weights, never in a fresh process (300 repeats). The expert sets stay exact.
-SOFTPLUS_TOLERANCE = {"rtol": 5e-5, "atol": 1e-7}
 # Kimi-K3's shape (896/16), not a transformers model
 NOT_IN_TRANSFORMERS = {"route_topk", "route_topk_aiter", "route_topk_e256", "route_topk_unsorted", "route_quant_fused"}
 
@@ -130,8 +126,7 @@ def test_oracle_routes_as_the_model(name, score):
         f"{model.name}: {int(differ.sum())} of {M} rows pick other experts; row {int(differ.nonzero()[0])}: "
         f"k3gen {ids[differ][0].tolist()}, transformers {ids_model[differ][0].tolist()}"
     )
-    tolerance = SOFTPLUS_TOLERANCE if plan.spec.routing.scoring == "sqrt_softplus" else TOLERANCE
-    torch.testing.assert_close(w, w_model, **tolerance, msg=lambda m: f"{model.name} weights: {m}")
+    torch.testing.assert_close(w, w_model, **TOLERANCE, msg=lambda m: f"{model.name} weights: {m}")
 
 
 @pytest.mark.parametrize("name", ROUTERS)
