@@ -187,8 +187,8 @@ class _Args3(ctypes.Structure):
 
 
 def test_the_stable_path_allocates_each_output_with_its_layout_and_keys_str_scalars(stable_module, monkeypatch):
-    """Two outputs of two dtypes, each allocated with the checked layout (a transposed one included);
-    an equal string built per call hits, another value misses."""
+    """Two outputs of two dtypes, each with the checked layout (a transposed one included), cut from
+    one allocation at 256-byte offsets; an equal string built per call hits, another value misses."""
     monkeypatch.setattr(hostext, "load", lambda: stable_module)
     launched = []
 
@@ -208,6 +208,9 @@ def test_the_stable_path_allocates_each_output_with_its_layout_and_keys_str_scal
     assert (got_q.dtype, got_q.shape, got_q.stride()) == (torch.uint8, q.shape, q.stride())
     assert (got_scale.dtype, got_scale.shape, got_scale.stride()) == (torch.float32, scale.shape, scale.stride())
     assert launched == [(7, x.data_ptr(), got_q.data_ptr(), got_scale.data_ptr(), None)]
+    block = got_q.untyped_storage()
+    assert got_scale.untyped_storage().data_ptr() == block.data_ptr() and block.nbytes() >= 512 + 16 * 4
+    assert (got_q.data_ptr() - block.data_ptr(), got_scale.data_ptr() - block.data_ptr()) == (0, 512)
     assert fast.call(x, None, None, 128, "fp32_row") is None and fast.impl.cached() == 1
     got_scale.fill_(1.0)
     assert got_scale.sum().item() == 16.0 and got_q.data_ptr() not in (q.data_ptr(), got_scale.data_ptr())

@@ -43,8 +43,6 @@ struct Output {
   int64_t offset = 0;  // in elements, into the call's one output block
 };
 
-constexpr int64_t kOutputAlign = 256;  // each output starts on this boundary of the block
-
 struct Plan : k3plans::Plan {
   std::vector<Output> allocate;  // outputs the caller did not pass
   int64_t block_bytes = 0;       // all outputs of a call, in one allocation
@@ -182,7 +180,7 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   std::vector<int64_t> sig;
   c10::TensorImpl* impls[kMaxTensors];
   Plan plan;
-  if (f->align > kOutputAlign) Py_RETURN_FALSE;  // outputs in the block are only this aligned
+  if (f->align > k3plans::kOutputAlign) Py_RETURN_FALSE;  // outputs in the block are only this aligned
   if (!signature(f, args + 1, n - 1, sig, impls, &plan.strings)) Py_RETURN_FALSE;
   try {
     PyObject* outputs;
@@ -195,19 +193,7 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
                                t->strides().vec(), t->dtype().toScalarType()});
     }
     if (PyErr_Occurred()) return nullptr;
-    for (Output& o : plan.allocate) {  // the block's layout: each output at an aligned offset
-      const int64_t item = static_cast<int64_t>(c10::elementSize(o.dtype));
-      int64_t extent = 1;
-      for (size_t d = 0; d < o.sizes.size(); ++d) {
-        if (o.sizes[d] == 0) extent = 0;
-        if (extent) extent += (o.sizes[d] - 1) * o.strides[d];
-      }
-      const int64_t start = (plan.block_bytes + kOutputAlign - 1) / kOutputAlign * kOutputAlign;
-      if (start % item) throw std::runtime_error("an output's element size does not divide the block alignment");
-      o.offset = start / item;
-      plan.block_bytes = start + extent * item;
-    }
-    if (plan.block_bytes == 0) plan.block_bytes = 1;
+    plan.block_bytes = k3plans::lay_out_block(plan.allocate, [](const Output& o) { return c10::elementSize(o.dtype); });
     k3plans::check_slots(plan, f->n_tensors);
   } catch (const std::exception& e) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, e.what());

@@ -144,6 +144,30 @@ void check_slots(const FullPlan& plan, int n_tensors) {
   if (plan.returns.empty() || plan.entry == nullptr) throw std::runtime_error("empty plan");
 }
 
+constexpr int64_t kOutputAlign = 256;  // each output starts on this boundary of a call's one block
+
+// Lays out the outputs a plan allocates in one block, each at a kOutputAlign offset of it (o.offset,
+// in elements of o's dtype; `item_size(o)` is its element size), and returns the block's bytes (at
+// least 1): one trip to torch's allocator per call instead of one per output. Throws for an element
+// size that does not divide the alignment.
+template <class Outputs, class ItemSize>
+int64_t lay_out_block(Outputs& outputs, ItemSize item_size) {
+  int64_t bytes = 0;
+  for (auto& o : outputs) {
+    const int64_t item = static_cast<int64_t>(item_size(o));
+    int64_t extent = 1;  // elements from the first to one past the last
+    for (size_t d = 0; d < o.sizes.size(); ++d) {
+      if (o.sizes[d] == 0) extent = 0;
+      if (extent) extent += (o.sizes[d] - 1) * o.strides[d];
+    }
+    const int64_t start = (bytes + kOutputAlign - 1) / kOutputAlign * kOutputAlign;
+    if (item < 1 || start % item) throw std::runtime_error("an output's element size does not divide the block alignment");
+    o.offset = start / item;
+    bytes = start + extent * item;
+  }
+  return bytes > 0 ? bytes : 1;
+}
+
 // Forgets every plan, releasing its strings.
 template <class Plans>
 void forget_all(Plans& plans) {

@@ -40,7 +40,6 @@ namespace {
 
 using k3plans::kErrLen;
 using k3plans::kMaxTensors;
-constexpr int64_t kMaxAlign = 256;  // the largest gate alignment served (CUDA's allocator gives 512)
 
 // What bind() was given: the running torch's addresses, none of them linked.
 struct Bound {
@@ -50,7 +49,7 @@ struct Bound {
   AOTITorchError (*to_py)(AtenTensorHandle t, void* type, void** ret) = nullptr;  // torch >= 2.14
   PyObject* (*wrap)(const void* tensor_base) = nullptr;                        // torch 2.10-2.13
   AOTITorchError (*gpu_stream)(int32_t device, void** stream) = nullptr;
-  int32_t cpu = 0, gpu = 1;
+  int32_t cpu = 0, gpu = 1, byte = 0;
   bool ready = false;
 } g;
 
@@ -66,12 +65,15 @@ struct Handles {
   }
 };
 
-// Tensors this call made (its outputs), deleted with it once Python holds its own references.
+// Tensors this call made (its outputs and the block they were cut from), deleted with it once
+// Python holds its own references.
 struct Made {
   AtenTensorHandle h[kMaxTensors] = {};
+  AtenTensorHandle block = nullptr;
   ~Made() {
     for (AtenTensorHandle t : h)
       if (t) aoti_torch_delete_tensor_object(t);
+    if (block) aoti_torch_delete_tensor_object(block);
   }
 };
 
@@ -111,10 +113,12 @@ struct Output {
   int slot;
   std::vector<int64_t> sizes, strides;
   int32_t dtype;
+  int64_t offset = 0;  // in elements, into the call's one output block
 };
 
 struct Plan : k3plans::Plan {
   std::vector<Output> allocate;  // outputs the caller did not pass
+  int64_t block_bytes = 0;       // all outputs of a call, in one allocation
   int32_t device_type = 0;
 };
 
@@ -164,13 +168,25 @@ bool signature(const Family* f, PyObject* const* args, Py_ssize_t n, std::vector
   return true;
 }
 
-// The outputs the caller did not pass, each from torch's allocator with the checked layout. (One
-// allocation for all, each output a dtype view of it, as k3host.cpp does, costs more through the
-// shim: a dtype view is an ATen call of its own.) False when torch refused (out of memory).
+// The outputs the caller did not pass, with the checked layouts, cut from one allocation as in
+// k3host.cpp. Through the shim an allocation is an ATen call through the dispatcher (about 1.4 us for
+// CUDA), so there is one per call: the block in bytes, then each output a tensor of its storage at
+// its offset with its dtype (_alloc_from_pool, AOTI's own planned-memory cut: no dispatcher). The
+// outputs share the block's storage, so the caching allocator owns it and record_stream on any
+// output holds it. False when torch refused (out of memory).
 bool allocate(const Plan& p, Made& made) {
+  if (p.allocate.empty()) return true;
+  if (p.allocate.size() == 1) {  // no block to cut: the output itself
+    const Output& o = p.allocate[0];
+    return !aoti_torch_empty_strided(static_cast<int64_t>(o.sizes.size()), o.sizes.data(), o.strides.data(), o.dtype,
+                                     p.device_type, p.device, &made.h[o.slot]);
+  }
+  const int64_t one = 1;
+  if (aoti_torch_empty_strided(1, &p.block_bytes, &one, g.byte, p.device_type, p.device, &made.block)) return false;
   for (const Output& o : p.allocate)
-    if (aoti_torch_empty_strided(static_cast<int64_t>(o.sizes.size()), o.sizes.data(), o.strides.data(), o.dtype,
-                                 p.device_type, p.device, &made.h[o.slot]))
+    if (aoti_torch__alloc_from_pool(made.block, o.offset * static_cast<int64_t>(aoti_torch_dtype_element_size(o.dtype)),
+                                    o.dtype, static_cast<int64_t>(o.sizes.size()), o.sizes.data(), o.strides.data(),
+                                    &made.h[o.slot]))
       return false;
   return true;
 }
@@ -258,7 +274,7 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   k3plans::Signature sig;
   Handles hs;
   Plan plan;
-  if (f->align > kMaxAlign) Py_RETURN_FALSE;
+  if (f->align > k3plans::kOutputAlign) Py_RETURN_FALSE;  // outputs in the block are only this aligned
   if (!signature(f, args + 1, n - 1, sig, hs, &plan.strings)) Py_RETURN_FALSE;
   // The device every tensor of the call is on (the checked path made sure): where outputs go.
   AtenTensorHandle first = nullptr;
@@ -274,6 +290,7 @@ PyObject* family_remember(PyObject* self, PyObject* const* args, Py_ssize_t n) {
       plan.allocate.push_back(output_of(static_cast<int>(PyLong_AsLong(k3plans::item(o, 0))), k3plans::item(o, 1)));
     }
     if (PyErr_Occurred()) return nullptr;
+    plan.block_bytes = k3plans::lay_out_block(plan.allocate, [](const Output& o) { return aoti_torch_dtype_element_size(o.dtype); });
     k3plans::check_slots(plan, f->n_tensors);
   } catch (const std::exception& e) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, e.what());
@@ -364,6 +381,7 @@ PyObject* bind(PyObject*, PyObject* args) {
   g.gpu_stream = address<decltype(g.gpu_stream)>(stream);
   g.cpu = aoti_torch_device_type_cpu();
   g.gpu = aoti_torch_device_type_cuda();  // HIP torch calls its devices cuda too
+  g.byte = aoti_torch_dtype_uint8();
   g.ready = true;
   Py_RETURN_NONE;
 }
