@@ -37,7 +37,9 @@ K3_DEVICE float route_sigmoid(float x) {
 #if K3_CUDA
 constexpr int kRouteSigmoid = kSigmoidExp2;
 // Ties: wave64_lane_table; tie_rank[e] is expert e's place in the order.
-__constant__ uint16_t tie_rank[896] = {
+// In global memory, read through the read-only cache: the lanes of a warp read different experts'
+// places, and __constant__ memory serves a warp's distinct addresses one at a time.
+__device__ const uint16_t tie_rank[896] = {
     768, 769, 770, 771, 784, 785, 786, 787, 800, 801, 802, 803, 816, 817, 818, 819,
     880, 881, 882, 883, 864, 865, 866, 867, 848, 849, 850, 851, 832, 833, 834, 835,
     704, 705, 706, 707, 720, 721, 722, 723, 736, 737, 738, 739, 752, 753, 754, 755,
@@ -95,7 +97,7 @@ __constant__ uint16_t tie_rank[896] = {
     460, 461, 462, 463, 476, 477, 478, 479, 492, 493, 494, 495, 508, 509, 510, 511,
     444, 445, 446, 447, 428, 429, 430, 431, 412, 413, 414, 415, 396, 397, 398, 399,
 };
-K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - tie_rank[e]; }
+K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - __ldg(&tie_rank[e]); }
 #elif K3_HIP
 constexpr int kRouteSigmoid = kSigmoidExp2;
 // Ties: wave64_lane_table; tie_rank[e] is expert e's place in the order.

@@ -37,7 +37,9 @@ K3_DEVICE float route_sigmoid(float x) {
 #if K3_CUDA
 constexpr int kRouteSigmoid = kSigmoidExpf;
 // Ties: table; tie_rank[e] is expert e's place in the order.
-__constant__ uint16_t tie_rank[256] = {
+// In global memory, read through the read-only cache: the lanes of a warp read different experts'
+// places, and __constant__ memory serves a warp's distinct addresses one at a time.
+__device__ const uint16_t tie_rank[256] = {
     0, 173, 90, 7, 180, 97, 14, 187, 104, 21, 194, 111, 28, 201, 118, 35,
     208, 125, 42, 215, 132, 49, 222, 139, 56, 229, 146, 63, 236, 153, 70, 243,
     160, 77, 250, 167, 84, 1, 174, 91, 8, 181, 98, 15, 188, 105, 22, 195,
@@ -55,7 +57,7 @@ __constant__ uint16_t tie_rank[256] = {
     96, 13, 186, 103, 20, 193, 110, 27, 200, 117, 34, 207, 124, 41, 214, 131,
     48, 221, 138, 55, 228, 145, 62, 235, 152, 69, 242, 159, 76, 249, 166, 83,
 };
-K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - tie_rank[e]; }
+K3_DEVICE uint32_t tie_priority(int e) { return 0xffffu - __ldg(&tie_rank[e]); }
 #elif K3_HIP
 constexpr int kRouteSigmoid = kSigmoidExpf;
 // Ties: table; tie_rank[e] is expert e's place in the order.
