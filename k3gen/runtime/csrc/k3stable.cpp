@@ -169,7 +169,7 @@ bool signature(const Family* f, PyObject* const* args, Py_ssize_t n, std::vector
 }
 
 // The outputs the caller did not pass, with the checked layouts, cut from one allocation as in
-// k3host.cpp. Through the shim an allocation is an ATen call through the dispatcher (about 1.4 us for
+// k3host.cpp. Through the shim an allocation is an ATen call through the dispatcher (about 0.5 us for
 // CUDA), so there is one per call: the block in bytes, then each output a tensor of its storage at
 // its offset with its dtype (_alloc_from_pool, AOTI's own planned-memory cut: no dispatcher). The
 // outputs share the block's storage, so the caching allocator owns it and record_stream on any
