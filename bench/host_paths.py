@@ -2,7 +2,7 @@
 each serving with a C no-op entry (no kernel), interleaved in one process, so every difference is
 the call path's own (bench/host.py times whole eager calls, one process per tree).
 
-    python bench/host_cpu.py [--rounds 30] [--device cuda]
+    python bench/host_paths.py [--rounds 30] [--device cuda]
 
 What it isolates: the signature, the lookup, the outputs' allocation, the entry call and the outputs'
 Python objects (bench/host.py times the same on the GPU, launch included). The stable build
