@@ -182,6 +182,33 @@ def test_a_launch_error_of_a_cached_call_raises(cpu_path):
         fast.call(torch.zeros(4, 8), None, 2.0)
 
 
+@pytest.mark.parametrize("crossing", ["in the object", "_cdata"])
+def test_the_stable_path_reads_a_tensor_in_its_object_or_through_cdata(stable_module, monkeypatch, crossing):
+    """torch 2.13 holds a tensor's at::Tensor right after the object header: the library takes its
+    handle there, without an attribute call; a torch that does not is read through `_cdata`. Both
+    serve a call alike, a view's storage offset included."""
+    if hostabi.torch_version(torch) >= hostabi.INTEROP:
+        pytest.skip("torch >= 2.14 crosses through its interop shims")
+    if crossing == "_cdata":
+        monkeypatch.setattr(hostabi, "_cdata_offset", lambda torch: 0)
+    elif hostabi.torch_version(torch) == (2, 13):
+        assert hostabi._cdata_offset(torch) == object.__basicsize__
+    try:
+        hostabi.bind(stable_module, torch)
+        monkeypatch.setattr(hostext, "load", lambda: stable_module)
+        monkeypatch.setattr(fastpath, "_raw_stream", lambda index: 0)
+        module = _Module()
+        x, out = torch.zeros(5, 8)[1:], torch.empty(4, 4)
+        fast = _remembered(module, x, out)
+        x2 = torch.ones(5, 8)[1:]
+        got = fast.call(x2, None, 2.0)
+        _served_by(fast, "stable")
+        assert module.launched == [(0x12, x2.data_ptr(), got.data_ptr(), 4)] and got.shape == (4, 4)
+    finally:
+        monkeypatch.undo()
+        hostabi.bind(stable_module, torch)
+
+
 class _Args3(ctypes.Structure):
     _fields_ = [("x", ctypes.c_void_p), ("q", ctypes.c_void_p), ("scale", ctypes.c_void_p)]
 
@@ -308,6 +335,7 @@ def host_path(request, monkeypatch):
     monkeypatch.setattr(hostext, "_state", {})
     monkeypatch.setenv("K3GEN_HOST_PATH", request.param)
     if torch.cuda.is_available() and request.param != "python":
+        torch.cuda.init()  # as in serving, where the library loads after a call ran on the GPU
         if hostext.load() is None:
             if request.param == "torch" and (jit_disabled() or not shutil.which(os.environ.get("CXX", "c++"))):
                 pytest.skip("the per-torch C++ call path needs a C++ compiler here")
@@ -341,6 +369,32 @@ def _expected(x, out_dtype=None):
 
 def _close(got, want):
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_the_stable_path_allocates_gpu_outputs_as_the_per_torch_path_does_where_torch_allows(
+    stable_module, monkeypatch, caplog
+):
+    """With CUDA initialized, GPU outputs come from torch's own CUDA allocation (by address, checked
+    at bind); one that misallocates is dropped for the shim's, with a warning. A CPU-only torch, or a
+    process that has not started CUDA, allocates through the shim."""
+    hostabi.bind(stable_module, torch)
+    if not torch.cuda.is_available():
+        assert stable_module.allocation() == "shim"
+        return
+    torch.cuda.init()
+    hostabi.bind(stable_module, torch)
+    direct = bool(torch.version.cuda)
+    assert stable_module.allocation() == ("torch" if direct else "shim")
+    t = stable_module.probe_allocation(torch.cuda.current_device(), (4, 2), (2, 1))
+    assert t.is_cuda and t.shape == (4, 2) and t.stride() == (2, 1) and t.dtype == torch.float32
+    if direct:
+        monkeypatch.setattr(hostabi, "_allocates_as_asked", lambda module, torch: False)
+        with caplog.at_level("WARNING", logger="k3gen"):
+            hostabi.bind(stable_module, torch)
+        assert stable_module.allocation() == "shim" and "outputs come from the shim" in caplog.text
+        monkeypatch.undo()
+        hostabi.bind(stable_module, torch)
+        assert stable_module.allocation() == "torch"
 
 
 @gpu

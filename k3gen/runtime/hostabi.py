@@ -10,8 +10,14 @@ only through the limited API (an abi3 module). Its name and key hold no torch or
 What a torch may lack (the CUDA/HIP stream, a CPU-only build) and the two crossings between a Python
 tensor and a shim handle are looked up here in the running torch and handed over by `bind`:
 torch >= 2.14 has stable interop shims for them; 2.10-2.13 have none, and the library takes the
-tensor's `_cdata` and THPVariable_Wrap there, facts of those released builds that `_check` verifies
-before any call uses them (a library that fails it is not used: the per-torch one is tried next).
+tensor's `_cdata` (or, where `_cdata_offset` finds it, the at::Tensor inside the tensor object,
+without an attribute call) and THPVariable_Wrap there, facts of those released builds that `_check`
+verifies before any call uses them (a library that fails it is not used: the per-torch one is tried
+next).
+With CUDA it also takes torch's own CUDA allocation (EMPTY_GPU, what the per-torch library calls;
+2.10-2.14 export it): the shim's allocation goes through the dispatcher, 0.5 us a call more on the
+H200. A torch without the symbol, one whose allocation fails `_allocates_as_asked`, or a process
+that has not started CUDA (binding never starts it) gets the shim's allocation.
 
 Why 2.10: the stable headers can target no older torch (TORCH_TARGET_VERSION starts there), and
 the shim functions the library uses are all in 2.10.
@@ -21,10 +27,12 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import sysconfig
 from pathlib import Path
 
+log = logging.getLogger("k3gen")
 SOURCE = Path(__file__).parent / "csrc" / "k3stable.cpp"
 PLANS = SOURCE.with_name("k3plans.h")  # what both C++ call paths share: part of both keys
 NAME = "_k3stable"
@@ -32,6 +40,8 @@ SUFFIX = ".abi3.so"  # what CPython calls a limited-API extension; any 3.10+ int
 OLDEST = (2, 10)  # the oldest torch it serves
 INTEROP = (2, 14)  # from here on the crossings are torch's stable interop shims
 WRAP = "_Z16THPVariable_WrapRKN2at10TensorBaseE"  # THPVariable_Wrap(const at::TensorBase&), 2.10-2.13
+# at::detail::empty_strided_cuda(IntArrayRef, IntArrayRef, ScalarType, std::optional<Device>), 2.10-2.14
+EMPTY_GPU = "_ZN2at6detail18empty_strided_cudaEN3c108ArrayRefIlEES3_NS1_10ScalarTypeESt8optionalINS1_6DeviceEE"
 
 
 def torch_version(torch) -> tuple[int, int]:
@@ -97,18 +107,38 @@ def bind(module, torch) -> None:
     as Python sees them; OSError (one line) when this torch lacks something or the check fails."""
     lib = Path(torch.__file__).parent / "lib"
     gpu = lib / ("libtorch_hip.so" if torch.version.hip else "libtorch_cuda.so")
+    empty_gpu = 0  # the shim's allocation, unless torch's own CUDA one is there and checks out
+    offset = 0
     if torch_version(torch) >= INTEROP:
         cpu = lib / "libtorch_cpu.so"
         from_py, to_py, wrap = _address(cpu, "torch_tensor_from_pyobject"), _address(cpu, "torch_tensor_to_pyobject"), 0
     else:
         from_py, to_py, wrap = 0, 0, _address(lib / "libtorch_python.so", WRAP)
+        offset = _cdata_offset(torch)
+    if torch.version.cuda and torch.cuda.is_initialized():
+        empty_gpu = _address(gpu, EMPTY_GPU)
     if not (from_py and to_py) and not wrap:
         raise OSError(f"torch {torch.__version__} exports neither the interop shims nor THPVariable_Wrap")
     stream = _address(gpu, "aoti_torch_get_current_cuda_stream")
     if (torch.version.cuda or torch.version.hip) and not stream:
         raise OSError(f"torch {torch.__version__} has no aoti_torch_get_current_cuda_stream in {gpu.name}")
-    module.bind(torch.Tensor, from_py, to_py, wrap, stream)
+    module.bind(torch.Tensor, from_py, to_py, wrap, stream, empty_gpu, offset)
     _check(module, torch)
+    if empty_gpu and not _allocates_as_asked(module, torch):
+        log.warning(
+            "k3gen: torch %s's CUDA allocation misbehaves by address; outputs come from the shim", torch.__version__
+        )
+        module.bind(torch.Tensor, from_py, to_py, wrap, stream, 0, offset)
+
+
+def _cdata_offset(torch) -> int:
+    """Where a plain tensor object of torch 2.10-2.13 holds its at::Tensor (whose one word is the
+    TensorImpl* that `_cdata` gives), when it is right after the object header, as 2.13 lays it out;
+    else 0 (the library reads `_cdata`, a Python attribute call per tensor)."""
+    offset = object.__basicsize__
+    tensors = (torch.empty(0), torch.arange(6.0).reshape(2, 3).t(), torch.zeros(3, dtype=torch.int8)[1:])
+    same = all(ctypes.c_void_p.from_address(id(t) + offset).value == t._cdata for t in tensors)
+    return offset if same and torch.Tensor.__basicsize__ >= offset + ctypes.sizeof(ctypes.c_void_p) else 0
 
 
 def _check(module, torch) -> None:
@@ -130,3 +160,24 @@ def _check(module, torch) -> None:
     )
     if not same:
         raise OSError(f"the stable call path misreads torch {torch.__version__}'s tensors; not used")
+
+
+def _allocates_as_asked(module, torch) -> bool:
+    """Whether an output allocated through torch's own CUDA allocation is the tensor asked for, on the
+    current device, from the caching allocator (so that record_stream holds it)."""
+    device = torch.cuda.current_device()
+    before = torch.cuda.memory_allocated(device)
+    t = module.probe_allocation(device, (3, 5), (1, 3))
+    same = (
+        type(t) is torch.Tensor
+        and t.device == torch.device("cuda", device)
+        and t.dtype == torch.float32
+        and t.shape == (3, 5)
+        and t.stride() == (1, 3)
+        and torch.cuda.memory_allocated(device) > before
+    )
+    if same:
+        t.copy_(torch.arange(15, dtype=torch.float32, device=t.device).reshape(5, 3).t())
+        t.record_stream(torch.cuda.current_stream(device))
+        same = t.sum().item() == 105.0 and t[2, 4].item() == 14.0
+    return same

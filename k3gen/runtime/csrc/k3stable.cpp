@@ -18,8 +18,15 @@
 //    up in the running torch by hostabi.py. From torch 2.14 the crossings are the stable interop
 //    shims (torch_tensor_from_pyobject / _to_pyobject). 2.10-2.13 have none: there a tensor's
 //    `_cdata` is its TensorImpl*, which is all an at::Tensor holds, so a pointer to it is a
-//    borrowed handle, and THPVariable_Wrap(const at::TensorBase&) makes the Python tensor. Those
-//    are facts of four released builds, checked by probe() before the library is used.
+//    borrowed handle, and THPVariable_Wrap(const at::TensorBase&) makes the Python tensor. Where
+//    the tensor object holds its at::Tensor right after the object header (hostabi.py finds the
+//    offset), a pointer into the object is the handle and `_cdata` (a Python attribute call) is
+//    skipped. Those are facts of four released builds, checked by probe() before the library is
+//    used;
+//  - GPU outputs come from torch's own CUDA allocation where it exports it (2.10-2.14 do), the one
+//    k3host.cpp calls (at::detail::empty_strided_cuda, by address, checked through
+//    probe_allocation()): the shim's aoti_torch_empty_strided goes through the dispatcher, which on
+//    the H200 cost 0.5 us a call more.
 #define PY_SSIZE_T_CLEAN
 #define Py_LIMITED_API 0x030A0000
 #include <Python.h>
@@ -41,14 +48,35 @@ namespace {
 using k3plans::kErrLen;
 using k3plans::kMaxTensors;
 
+// at::detail::empty_strided_cuda(IntArrayRef sizes, IntArrayRef strides, ScalarType, optional<Device>)
+// as its callers see it on x86-64 and aarch64, in types of the same layout: an IntArrayRef is
+// {data, size}, a ScalarType an int8 enum, an optional<Device> {int8 type, int8 index, bool}, and
+// the TensorBase it returns (one owning TensorImpl*, not trivially copyable) comes back through a
+// hidden pointer, which a class with a user-provided destructor also does.
+struct IntArrayRef {
+  const int64_t* data;
+  size_t size;
+};
+struct OptionalDevice {
+  int8_t type, index;
+  bool engaged;
+};
+struct OwnedImpl {
+  void* impl;
+  ~OwnedImpl() {}  // the reference is handed to a shim handle (adopt), never dropped here
+};
+using EmptyStridedGpu = OwnedImpl (*)(IntArrayRef sizes, IntArrayRef strides, int8_t dtype, OptionalDevice device);
+
 // What bind() was given: the running torch's addresses, none of them linked.
 struct Bound {
   PyObject* tensor_type = nullptr;  // torch.Tensor: subclasses (fake, functional) are never keyed
   PyObject* cdata = nullptr;        // interned "_cdata"
+  Py_ssize_t cdata_offset = 0;      // where a tensor object holds its at::Tensor; 0: read `_cdata`
   AOTITorchError (*from_py)(void* obj, AtenTensorHandle* ret) = nullptr;        // torch >= 2.14
   AOTITorchError (*to_py)(AtenTensorHandle t, void* type, void** ret) = nullptr;  // torch >= 2.14
   PyObject* (*wrap)(const void* tensor_base) = nullptr;                        // torch 2.10-2.13
   AOTITorchError (*gpu_stream)(int32_t device, void** stream) = nullptr;
+  EmptyStridedGpu empty_gpu = nullptr;  // torch's own CUDA allocation; else outputs come from the shim
   int32_t cpu = 0, gpu = 1, byte = 0;
   bool ready = false;
 } g;
@@ -84,6 +112,7 @@ AtenTensorHandle handle_of(PyObject* o, void** impl) {
     AtenTensorHandle h = nullptr;
     return g.from_py(o, &h) == AOTI_TORCH_SUCCESS ? h : nullptr;
   }
+  if (g.cdata_offset) return reinterpret_cast<AtenTensorHandle>(reinterpret_cast<char*>(o) + g.cdata_offset);
   PyObject* c = PyObject_GetAttr(o, g.cdata);
   if (c == nullptr) { PyErr_Clear(); return nullptr; }
   *impl = PyLong_AsVoidPtr(c);
@@ -168,21 +197,43 @@ bool signature(const Family* f, PyObject* const* args, Py_ssize_t n, std::vector
   return true;
 }
 
+// An owned shim handle of the tensor `owned` holds: an AtenTensorHandle is a heap at::Tensor, which is
+// its TensorImpl* alone, and aoti_torch_delete_tensor_object deletes it as one.
+AtenTensorHandle adopt(OwnedImpl owned) {
+  return reinterpret_cast<AtenTensorHandle>(new void*(owned.impl));
+}
+
+// A new tensor of `dtype` with the given layout on GPU `device`, by torch's own CUDA allocation where
+// bind() was given it, else through the shim; false when torch refused (out of memory).
+bool empty(int64_t dim, const int64_t* sizes, const int64_t* strides, int32_t dtype, int32_t device_type,
+           int32_t device, AtenTensorHandle* ret) {
+  if (g.empty_gpu && device_type == g.gpu) {
+    try {
+      *ret = adopt(g.empty_gpu({sizes, static_cast<size_t>(dim)}, {strides, static_cast<size_t>(dim)},
+                               static_cast<int8_t>(dtype),
+                               {static_cast<int8_t>(device_type), static_cast<int8_t>(device), true}));
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+  return !aoti_torch_empty_strided(dim, sizes, strides, dtype, device_type, device, ret);
+}
+
 // The outputs the caller did not pass, with the checked layouts, cut from one allocation as in
-// k3host.cpp. Through the shim an allocation is an ATen call through the dispatcher (about 0.5 us for
-// CUDA), so there is one per call: the block in bytes, then each output a tensor of its storage at
-// its offset with its dtype (_alloc_from_pool, AOTI's own planned-memory cut: no dispatcher). The
-// outputs share the block's storage, so the caching allocator owns it and record_stream on any
-// output holds it. False when torch refused (out of memory).
+// k3host.cpp: the block in bytes, then each output a tensor of its storage at its offset with its
+// dtype (_alloc_from_pool, AOTI's own planned-memory cut: no dispatcher). The outputs share the
+// block's storage, so the caching allocator owns it and record_stream on any output holds it.
+// False when torch refused (out of memory).
 bool allocate(const Plan& p, Made& made) {
   if (p.allocate.empty()) return true;
   if (p.allocate.size() == 1) {  // no block to cut: the output itself
     const Output& o = p.allocate[0];
-    return !aoti_torch_empty_strided(static_cast<int64_t>(o.sizes.size()), o.sizes.data(), o.strides.data(), o.dtype,
-                                     p.device_type, p.device, &made.h[o.slot]);
+    return empty(static_cast<int64_t>(o.sizes.size()), o.sizes.data(), o.strides.data(), o.dtype, p.device_type,
+                 p.device, &made.h[o.slot]);
   }
   const int64_t one = 1;
-  if (aoti_torch_empty_strided(1, &p.block_bytes, &one, g.byte, p.device_type, p.device, &made.block)) return false;
+  if (!empty(1, &p.block_bytes, &one, g.byte, p.device_type, p.device, &made.block)) return false;
   for (const Output& o : p.allocate)
     if (aoti_torch__alloc_from_pool(made.block, o.offset * static_cast<int64_t>(aoti_torch_dtype_element_size(o.dtype)),
                                     o.dtype, static_cast<int64_t>(o.sizes.size()), o.sizes.data(), o.strides.data(),
@@ -362,14 +413,19 @@ T address(unsigned long long a) {
   return reinterpret_cast<T>(static_cast<uintptr_t>(a));
 }
 
-// bind(torch.Tensor, from_py, to_py, wrap, gpu_stream): the running torch's addresses (0 where it
-// has none). Either both interop shims or THPVariable_Wrap.
+// bind(torch.Tensor, from_py, to_py, wrap, gpu_stream, empty_gpu, cdata_offset): the running torch's
+// addresses (0 where it has none) and where its tensor objects hold their at::Tensor (0: unknown).
+// Either both interop shims or THPVariable_Wrap.
 PyObject* bind(PyObject*, PyObject* args) {
   PyObject* tensor_type;
-  unsigned long long from_py, to_py, wrap, stream;
-  if (!PyArg_ParseTuple(args, "OKKKK", &tensor_type, &from_py, &to_py, &wrap, &stream)) return nullptr;
-  if (!PyType_Check(tensor_type) || !((from_py && to_py && !wrap) || (!from_py && !to_py && wrap))) {
-    PyErr_SetString(PyExc_ValueError, "bind(torch.Tensor, ...): either both interop shims or THPVariable_Wrap");
+  unsigned long long from_py, to_py, wrap, stream, empty_gpu;
+  Py_ssize_t cdata_offset;
+  if (!PyArg_ParseTuple(args, "OKKKKKn", &tensor_type, &from_py, &to_py, &wrap, &stream, &empty_gpu, &cdata_offset))
+    return nullptr;
+  if (!PyType_Check(tensor_type) || !((from_py && to_py && !wrap) || (!from_py && !to_py && wrap)) ||
+      cdata_offset < 0 || (cdata_offset && from_py)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "bind(torch.Tensor, ...): either both interop shims or THPVariable_Wrap (and an offset only with it)");
     return nullptr;
   }
   Py_INCREF(tensor_type);
@@ -379,6 +435,8 @@ PyObject* bind(PyObject*, PyObject* args) {
   g.to_py = address<decltype(g.to_py)>(to_py);
   g.wrap = address<decltype(g.wrap)>(wrap);
   g.gpu_stream = address<decltype(g.gpu_stream)>(stream);
+  g.empty_gpu = address<decltype(g.empty_gpu)>(empty_gpu);
+  g.cdata_offset = cdata_offset;
   g.cpu = aoti_torch_device_type_cpu();
   g.gpu = aoti_torch_device_type_cuda();  // HIP torch calls its devices cuda too
   g.byte = aoti_torch_dtype_uint8();
@@ -424,9 +482,41 @@ PyObject* probe(PyObject*, PyObject* t) {
   return r;
 }
 
+// probe_allocation(device, sizes, strides): a new float32 Python tensor allocated as a call allocates
+// an output on GPU `device`, for hostabi.py to compare with what was asked.
+PyObject* probe_allocation(PyObject*, PyObject* args) {
+  int device;
+  PyObject *sizes_o, *strides_o;
+  if (!PyArg_ParseTuple(args, "iO!O!", &device, &PyTuple_Type, &sizes_o, &PyTuple_Type, &strides_o)) return nullptr;
+  const Py_ssize_t dim = PyTuple_Size(sizes_o);
+  if (!g.ready || dim != PyTuple_Size(strides_o) || dim > 8) {
+    PyErr_SetString(PyExc_ValueError, "probe_allocation: bind() first; sizes and strides of one rank <= 8");
+    return nullptr;
+  }
+  int64_t sizes[8], strides[8];
+  for (Py_ssize_t d = 0; d < dim; ++d) {
+    sizes[d] = PyLong_AsLongLong(PyTuple_GetItem(sizes_o, d));
+    strides[d] = PyLong_AsLongLong(PyTuple_GetItem(strides_o, d));
+  }
+  if (PyErr_Occurred()) return nullptr;
+  Made made;
+  if (!empty(dim, sizes, strides, aoti_torch_dtype_float32(), g.gpu, device, &made.h[0])) {
+    PyErr_SetString(PyExc_RuntimeError, "probe_allocation: torch could not allocate");
+    return nullptr;
+  }
+  return to_python(made.h[0]);
+}
+
+// allocation(): how a call's GPU outputs are allocated: "torch" (its own CUDA allocation) or "shim".
+PyObject* allocation(PyObject*, PyObject*) { return PyUnicode_FromString(g.empty_gpu ? "torch" : "shim"); }
+
 PyMethodDef module_methods[] = {
-    {"bind", bind, METH_VARARGS, "bind(torch.Tensor, from_py, to_py, wrap, gpu_stream): the running torch's addresses"},
+    {"bind", bind, METH_VARARGS,
+     "bind(torch.Tensor, from_py, to_py, wrap, gpu_stream, empty_gpu, cdata_offset): the running torch's addresses"},
     {"probe", probe, METH_O, "probe(tensor): (sizes, strides, data pointer, a view made through the shim)"},
+    {"allocation", allocation, METH_NOARGS, "allocation(): \"torch\" (its own CUDA allocation) or \"shim\""},
+    {"probe_allocation", probe_allocation, METH_VARARGS,
+     "probe_allocation(device, sizes, strides): a float32 GPU tensor allocated as a call's output is"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_k3stable", "k3gen's C++ call path on torch's stable ABI", -1,
