@@ -58,8 +58,10 @@ serve "$VPY" - <<'PY' 2>&1 | tee -a "$S"
 import json, logging, platform, torch
 logging.basicConfig(level=logging.INFO, format="  log: %(message)s")
 from k3gen.runtime import hostext
+torch.cuda.init()  # as in serving: the library loads after a call ran on the GPU
 ext = hostext.load()
 print(f"  served: {hostext.served()} ({ext.__file__ if ext else 'none'})")
+print(f"  GPU outputs allocated by: {ext.allocation() if hasattr(ext, 'allocation') else 'its own torch build'}")
 record = json.load(open(ext.__file__ + ".json")) if ext else {}
 built = record.get("built_with", {})
 print(f"  built with torch {built.get('torch')}, CPython {built.get('python')}; "

@@ -77,8 +77,9 @@ def main() -> int:
     results = per_call_us(calls(), args.calls)
     from k3gen.runtime import hostext
 
-    lib = getattr(hostext.load(), "__file__", "")
-    print(f"C++ call path: {hostext.served()} {lib}")
+    ext = hostext.load()
+    allocation = f" (GPU outputs: {ext.allocation()} allocation)" if hasattr(ext, "allocation") else ""
+    print(f"C++ call path: {hostext.served()} {getattr(ext, '__file__', '')}{allocation}")
     for name, us in results.items():
         print(f"{name:>24} {us:7.2f} us/call  x{us / results['torch.sigmoid']:.2f} torch.sigmoid")
     if args.json:

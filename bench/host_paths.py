@@ -10,7 +10,9 @@ Python objects (bench/host.py times the same on the GPU, launch included). The s
 torch's CUDA library, which a CPU-only torch lacks: for this measurement only it is compiled with its
 three CUDA calls replaced by their CPU counterparts (empty_strided_cpu, the CPU dispatch key, no
 stream), which cost alike. `--device cuda` (a GPU machine) serves CUDA tensors and builds k3host.cpp
-as it is: there the stable path's allocation goes through torch's dispatcher, as it does in serving.
+as it is; there the stable library is timed twice, rebound between rounds: with torch's own CUDA
+allocation, as it serves where that checks out ("stable"), and with the shim's, which goes through
+the dispatcher ("stable, shim").
 Needs a C++ compiler; builds into a temporary folder.
 """
 
@@ -128,11 +130,25 @@ def calls(ext, entry, device: str) -> dict:
     }
 
 
+def _bind(stable, allocation: str) -> None:
+    """Bind the stable library with torch's own CUDA allocation ("torch") or without ("shim")."""
+    symbol = hostabi.EMPTY_GPU
+    if allocation == "shim":
+        hostabi.EMPTY_GPU = "not a symbol"
+    try:
+        hostabi.bind(stable, torch)
+    finally:
+        hostabi.EMPTY_GPU = symbol
+    assert stable.allocation() == allocation
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args()
+    if args.device == "cuda":
+        torch.cuda.init()  # as in serving: the stable library binds torch's CUDA allocation only then
     with tempfile.TemporaryDirectory() as tmp:
         per_torch, stable, entry = build(Path(tmp), args.device)
         d = args.device
@@ -141,10 +157,16 @@ def main() -> int:
             "per-torch": calls(per_torch, entry, d),
             "stable": calls(stable, entry, d),
         }
+        allocation = {"stable": stable.allocation()}
+        if allocation["stable"] == "torch":  # also the shim's allocation, the same library rebound
+            paths["stable, shim"] = paths["stable"]
+            allocation["stable, shim"] = "shim"
         times = {(p, c): [] for p, cs in paths.items() for c in cs}
         clock = time.perf_counter_ns
         for _ in range(args.rounds):  # every (path, call) in turn, so drift weighs on all alike
             for p, cs in paths.items():
+                if p in allocation:
+                    _bind(stable, allocation[p])
                 for c, fn in cs.items():
                     for _ in range(50):
                         fn()
@@ -155,6 +177,7 @@ def main() -> int:
                         ts.append(clock() - t)
     where = f"torch {torch.__version__}, CPython {sys.version.split()[0]}"
     print(f"{where}: median us per cached call ({args.device} tensors, no-op entry)")
+    print("stable: GPU outputs from " + ("torch's own CUDA allocation" if "stable, shim" in paths else "the shim"))
     names = list(paths["python"])
     print(f"{'':12}" + "".join(f"{n:>17}" for n in names))
     for p in paths:
