@@ -3,7 +3,8 @@
 # build and cached-load times), runs every generated GPU test, the fast-path GPU tests and, when
 # build/spec_edits was prepared here (python tests/spec_edits_gpu.py), the spec-edit suite's GPU half;
 # `MODE=tune` runs `k3gen tune --all`; `MODE=bench` runs bench/bench.py (every family and the host path, against build/before when it
-# exists). Several modes run in order: MODE="tests tune bench". TESTS (pytest paths, default every
+# exists); `MODE=before` runs the same bench over the tree at build/before; `MODE=times` times the
+# kernels alone in both trees (bench/kernel_times.py, KT narrows). Several modes run in order: MODE="tests tune bench". TESTS (pytest paths, default every
 # generated test and the fast-path GPU tests), TUNE (families, default --all) and BENCH (families)
 # narrow a mode; `rebuild` runs k3gen build between them (the tables `tune` wrote, compiled in). Logs and results are packed into $OUT/k3results-$MODE.tgz (the device tool returns 8 files).
 set -uo pipefail
@@ -52,6 +53,20 @@ elif [ "$MODE" = tune ]; then
   timeout "${TUNE_TIMEOUT:-400}" python3 -m k3gen tune $(if [ -n "${TUNE:-}" ]; then echo --family "${TUNE// /,}"; else echo --all; fi) \
     --out "$OUT/tuning" 2>&1 | tee "$OUT/tune.log"
   mkdir -p "$OUT/tuning" && cp specs/tuning/*.yaml "$OUT/tuning/"  # what finished, should the timeout cut the rest
+elif [ "$MODE" = times ]; then
+  # The kernels alone in the tree at build/before and in this one, each in its own process, twice in
+  # turn (bench/kernel_times.py): a same-run before/after without the references' compile time.
+  for tag in before after before after; do
+    tree=$PWD; [ "$tag" = before ] && tree=$PWD/build/before
+    PYTHONPATH=$tree:$tree/generated timeout "${TIMES_TIMEOUT:-150}" python3 bench/kernel_times.py --tag "$tag" \
+      --out "$OUT/kernel_times.jsonl" $(for f in ${KT:-}; do echo --family "$f"; done) 2>&1 | grep -v Warning | tail -2
+  done
+elif [ "$MODE" = before ]; then
+  # The same bench script and families over the tree at build/before (an older commit, with its own
+  # generated/ and tables), for a same-run before/after; its results land in $OUT/before.
+  mkdir -p "$OUT/before"
+  PYTHONPATH=$PWD/build/before:$PWD/build/before/generated timeout "${BENCH_TIMEOUT:-500}" python3 bench/bench.py \
+    --out "$OUT/before" $(for f in ${BENCH:-}; do echo --family "$f"; done) 2>&1 | grep -v Warning | tee "$OUT/before/bench.log"
 else
   timeout "${BENCH_TIMEOUT:-500}" python3 bench/bench.py --out "$OUT" $(for f in ${BENCH:-}; do echo --family "$f"; done) \
     2>&1 | grep -v Warning | tee "$OUT/bench.log"

@@ -347,15 +347,16 @@ K3_DEVICE uint64_t warp_max_key(uint64_t v) {
 #endif
 }
 
-// One key per lane, sorted descending across the warp (lane i ends with the i-th largest): a bitonic
+// One value per lane, sorted descending across the warp (lane i ends with the i-th largest): a bitonic
 // network of shuffles, log2(W) * (log2(W) + 1) / 2 steps.
-K3_DEVICE uint64_t warp_sort_desc(uint64_t v) {
+template <typename T>
+K3_DEVICE T warp_sort_desc(T v) {
   const int lane = int(threadIdx.x % K3_WARP_SIZE);
 #pragma unroll
   for (int size = 2; size <= K3_WARP_SIZE; size <<= 1) {
 #pragma unroll
     for (int stride = size / 2; stride > 0; stride >>= 1) {
-      const uint64_t o = k3::shfl_xor(v, stride);
+      const T o = k3::shfl_xor(v, stride);
       const bool keep_max = ((lane & stride) == 0) == ((lane & size) == 0);  // descending runs keep the max low
       v = keep_max ? (o > v ? o : v) : (o < v ? o : v);
     }
@@ -363,17 +364,28 @@ K3_DEVICE uint64_t warp_sort_desc(uint64_t v) {
   return v;
 }
 
+// The lanes a butterfly over n values (one per lane, lanes 0..n-1) must span: the lanes past the next
+// power of two hold the reduction's identity (-inf for a max, +0 for a sum of non-negative values), so
+// the steps that reach them change no bit of the result in lanes 0..n-1. Mixtral's 8 experts: 3 steps of 5.
+__host__ __device__ constexpr int butterfly_lanes(int n) {
+  int lanes = 1;
+  while (lanes < n && lanes < K3_WARP_SIZE) lanes <<= 1;
+  return lanes;
+}
+
+template <int lanes = K3_WARP_SIZE>
 K3_DEVICE float warp_max_float(float v) {
 #pragma unroll
-  for (int d = K3_WARP_SIZE / 2; d > 0; d >>= 1) v = fmaxf(v, k3::shfl_xor(v, d));
+  for (int d = lanes / 2; d > 0; d >>= 1) v = fmaxf(v, k3::shfl_xor(v, d));
   return v;
 }
 
 // The row sum of a softmax, in the one order the oracle repeats: each lane its experts (e = j * lanes
-// + lane) by j, then a butterfly over the lanes (every lane ends with the same sum).
+// + lane) by j, then a butterfly over the lanes (lanes 0..lanes-1 end with the same sum).
+template <int lanes = K3_WARP_SIZE>
 K3_DEVICE float warp_sum(float v) {
 #pragma unroll
-  for (int d = K3_WARP_SIZE / 2; d > 0; d >>= 1) v += k3::shfl_xor(v, d);
+  for (int d = lanes / 2; d > 0; d >>= 1) v += k3::shfl_xor(v, d);
   return v;
 }
 
@@ -401,9 +413,10 @@ struct WarpShared {
 };
 
 // Up to this K the warp select takes the K picks one by one (below) without the threshold: K rounds of
-// two redux.sync and a shuffle cost less than the threshold's bitonic sort (15 steps of 64-bit
-// shuffles) and the gather. Measured on the H200: bench/results/route_select_rounds.log. Above it the
-// tuning table may still pick the rounds (strategy 3) where they measure faster.
+// two redux.sync and a shuffle cost less than the threshold's bitonic sort (15 steps of shuffles) and
+// the gather. Measured on the H200 when the sort's steps shuffled 64-bit keys:
+// bench/results/route_select_rounds.log. Above it the tuning table may still pick the rounds
+// (strategy 3) where they measure faster.
 constexpr int kRoundsMaxK = 4;
 
 // The top K of the warp's keys one by one (`best`: this lane's largest): round r takes the warp's
@@ -476,14 +489,14 @@ K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, co
     float m = -INFINITY;
 #pragma unroll
     for (int j = 0; j < n; ++j) m = j * W + lane < E ? fmaxf(m, x[j]) : m;
-    m = warp_max_float(m);
+    m = warp_max_float<butterfly_lanes(E)>(m);
     float part = 0.0f;
 #pragma unroll
     for (int j = 0; j < n; ++j) {
       weight[j] = j * W + lane < E ? expf(x[j] - m) : 0.0f;
       part += weight[j];
     }
-    total = warp_sum(part);
+    total = warp_sum<butterfly_lanes(E)>(part);
 #pragma unroll
     for (int j = 0; j < n; ++j) {
       if constexpr (!divide_late) weight[j] = weight[j] / total;
@@ -543,7 +556,10 @@ K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, co
   if constexpr (rounds) {
     warp_rounds<n, K>(key, weight, best, my_id, my_weight);
   } else {
-    const uint64_t threshold = k3::shfl(warp_sort_desc(best), K - 1);
+    // The K-th largest high word of the lanes' best keys, as a key with a low word of 0: at most the K-th
+    // largest key (K lanes hold one at least that large). Its sort shuffles one word a step where the
+    // keys take two; a high word that keys past the K-th share only adds candidates.
+    const uint64_t threshold = uint64_t(k3::shfl(warp_sort_desc(uint32_t(best >> 32)), K - 1)) << 32;
     uint32_t mine = 0;  // candidates of this lane: valid keys at or above the threshold
 #pragma unroll
     for (int j = 0; j < n; ++j) mine += key[j] != 0 && key[j] >= threshold;
@@ -583,7 +599,7 @@ K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, co
   if constexpr (divide_late) my_weight = my_weight / total;
   if constexpr (kScoringAfter) {  // scored over the K picks only
     if constexpr (kScoring == kScoringSoftmax) {
-      const float m = warp_max_float(lane < K ? my_weight : -INFINITY);
+      const float m = warp_max_float<butterfly_lanes(K)>(lane < K ? my_weight : -INFINITY);
       const float ex = lane < K ? expf(my_weight - m) : 0.0f;
       float picked_total = 0.0f;
 #pragma unroll 8

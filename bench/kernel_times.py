@@ -1,0 +1,92 @@
+"""µs per call of the kernels a change touches, at bench.py's sizes, for a same-run before/after.
+
+bench.py times one tree with its references (torch.compile, peers, a copy); a before/after needs
+only the kernels, in two trees, in one run. Run once per tree, each in its own process (both trees
+name their package k3kernels), alternating, on the GPU machine:
+
+    PYTHONPATH=build/before:build/before/generated python3 bench/kernel_times.py --tag before --out X.jsonl
+    PYTHONPATH=$PWD:$PWD/generated python3 bench/kernel_times.py --tag after --out X.jsonl
+
+Each line of X.jsonl: {"tag", "family", "case", "M", "us"} (CUDA graph of 20 calls, median of 30
+replays, as bench.py). `--family` narrows: situ_and_mul, routers, route_quant_fused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import time_graph_us
+
+from k3gen.oracles.vocabulary import torch_dtype
+
+
+def situ_and_mul():
+    from k3kernels import situ_and_mul as fam
+
+    d = 3584
+    for dt_in, dt_out in (("bf16", "bf16"), ("fp32", "bf16"), ("fp16", "fp16"), ("fp32", "fp32")):
+        for m in (1, 128, 4096, 16384):
+            x = torch.randn(m, 2 * d, device="cuda").mul_(6).to(torch_dtype(dt_in))
+            out = torch.empty(m, d, device="cuda", dtype=torch_dtype(dt_out))
+            yield f"{dt_in}->{dt_out}", m, lambda x=x, out=out: fam.situ_and_mul(x, 4.0, 25.0, out=out)
+
+
+def routers():
+    import k3kernels
+
+    for name in sorted(k3kernels.FAMILIES):
+        if not name.startswith("route_") or name == "route_quant_fused":
+            continue
+        fam = importlib.import_module(f"k3kernels.{name}")
+        op, e, k = getattr(fam, name), fam.num_experts, fam.top_k
+        has_bias = any(t[0] == "bias" for t in fam.TENSORS)
+        ms = (1, 16, 128, 1024, 4096, 8192, 65536) if e == 896 else (1, 128, 1024, 8192)
+        for m in ms:
+            scores = torch.randn(m, e, device="cuda").to(torch.bfloat16)
+            bias = torch.randn(e, device="cuda") * 0.1
+            args = (scores, bias) if has_bias else (scores,)
+            w, ids = op(*args, k)
+            yield name, m, lambda op=op, args=args, w=w, ids=ids: op(*args, k, out_weights=w, out_ids=ids)
+
+
+def route_quant_fused():
+    from k3kernels import route_quant_fused as fam
+
+    e, k, h = 896, 16, 3584
+    for dt in ("bfloat16", "float32"):
+        for m in (1, 16, 64, 128, 256, 1024):
+            s = torch.randn(m, e, device="cuda").to(getattr(torch, dt))
+            b = torch.randn(e, device="cuda") * 0.1
+            x = torch.randn(m, h, device="cuda").to(getattr(torch, dt))
+            outs = dict(zip(("out_weights", "out_ids", "out_q", "out_scale"), fam.route_quant_fused(s, b, x, k)))
+            call = lambda s=s, b=b, x=x, outs=outs: fam.route_quant_fused(s, b, x, k, **outs)  # noqa: E731
+            yield f"route_quant_fused {dt}", m, call
+
+
+FAMILIES = {"situ_and_mul": situ_and_mul, "routers": routers, "route_quant_fused": route_quant_fused}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tag", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    args = ap.parse_args()
+    with args.out.open("a") as f:
+        for family in args.family or sorted(FAMILIES):
+            for case, m, fn in FAMILIES[family]():
+                row = {"tag": args.tag, "family": family, "case": case, "M": m, "us": round(time_graph_us(fn), 3)}
+                f.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
