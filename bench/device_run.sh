@@ -56,7 +56,7 @@ elif [ "$MODE" = tune ]; then
 elif [ "$MODE" = times ]; then
   # The kernels alone in the tree at build/before and in this one, each in its own process, twice in
   # turn (bench/kernel_times.py): a same-run before/after without the references' compile time.
-  for tag in before after before after; do
+  for tag in ${TIMES_ORDER:-before after before after}; do
     tree=$PWD; [ "$tag" = before ] && tree=$PWD/build/before
     PYTHONPATH=$tree:$tree/generated timeout "${TIMES_TIMEOUT:-150}" python3 bench/kernel_times.py --tag "$tag" \
       --out "$OUT/kernel_times.jsonl" $(for f in ${KT:-}; do echo --family "$f"; done) 2>&1 | grep -v Warning | tail -2
@@ -69,7 +69,8 @@ elif [ "$MODE" = before ]; then
     --out "$OUT/before" $(for f in ${BENCH:-}; do echo --family "$f"; done) 2>&1 | grep -v Warning | tee "$OUT/before/bench.log"
 else
   timeout "${BENCH_TIMEOUT:-500}" python3 bench/bench.py --out "$OUT" $(for f in ${BENCH:-}; do echo --family "$f"; done) \
-    2>&1 | grep -v Warning | tee "$OUT/bench.log"
+    2>&1 | grep -v Warning | tee "$OUT/bench.log" "$FINAL/bench.partial.log"  # the partial log: as gpu_tests'
+  rm -f "$FINAL/bench.partial.log"
 fi
 tar -czf "$FINAL/k3results-$MODE.tgz" -C "$OUT" .
 done
