@@ -23,7 +23,17 @@ REPO = Path(__file__).resolve().parents[1]
 # else this one. Each result's meta names the tree it timed.
 sys.path[:0] = [str(REPO / "bench"), *([] if os.environ.get("PYTHONPATH") else [str(REPO), str(REPO / "generated")])]
 
-from common import bandwidth_verdict, measure, time_graph_us  # noqa: E402
+from common import (  # noqa: E402
+    RQF_MS,
+    RQF_SHAPE,
+    SITU_D,
+    SITU_MS,
+    SITU_PAIRS,
+    bandwidth_verdict,
+    measure,
+    router_ms,
+    time_graph_us,
+)
 
 from k3gen.oracles.vocabulary import torch_dtype  # noqa: E402
 
@@ -33,14 +43,13 @@ def bench_situ_and_mul() -> tuple[list[dict], list[str]]:
     from k3kernels import situ_and_mul as fam
 
     torch._dynamo.config.cache_size_limit = 64
-    d = 3584
+    d = SITU_D
     rows, verdicts = [], []
-    pairs = [("bf16", "bf16"), ("fp32", "bf16"), ("fp16", "fp16"), ("fp32", "fp32")]
-    for dt_in, dt_out in pairs:
+    for dt_in, dt_out in SITU_PAIRS:
         ref = torch.compile(
             lambda x, out_dtype: oracle.reference({"out": out_dtype}, x, oracle.BETA, oracle.LINEAR_BETA), dynamic=False
         )
-        for m in (1, 128, 4096, 16384):
+        for m in SITU_MS:
             x = torch.randn(m, 2 * d, device="cuda").mul_(6).to(torch_dtype(dt_in))
             out = torch.empty(m, d, device="cuda", dtype=torch_dtype(dt_out))
             nbytes = x.numel() * x.element_size() + out.numel() * out.element_size()
@@ -184,9 +193,7 @@ def bench_routers(only: list[str] | None = None) -> tuple[list[dict], list[str]]
         e, k = fam.num_experts, fam.top_k
         has_bias = any(t[0] == "bias" for t in fam.TENSORS)
         model = torch.compile(ROUTERS[name], dynamic=False)
-        prefill = name.startswith("route_topk") and e == 896  # issue 22's rows
-        ms = (1, 16, 128, 1024, 4096, 8192, 65536) if prefill else (1, 128, 1024, 8192)
-        for m in ms:
+        for m in router_ms(name, e):
             scores = torch.randn(m, e, device="cuda").to(torch.bfloat16)
             bias = torch.randn(e, device="cuda") * 0.1
             args = (scores, bias) if has_bias else (scores,)
@@ -223,7 +230,7 @@ def bench_route_quant_fused() -> tuple[list[dict], list[str]]:
     from k3kernels import route_topk
 
     torch._dynamo.config.cache_size_limit = 64
-    e, k, h = 896, 16, 3584
+    e, k, h = RQF_SHAPE
     rows, verdicts = [], []
     for score, act in (("bf16", "bf16"), ("fp32", "fp32")):
         variant = {
@@ -233,7 +240,7 @@ def bench_route_quant_fused() -> tuple[list[dict], list[str]]:
             "constants": {"num_experts": e, "top_k": k, "group_size": 32, "hidden": h},
         }
         ref = torch.compile(lambda s, b, x: oracle.reference(variant, s, b, x, k), dynamic=False)
-        for m in (1, 16, 64, 128, 256, 1024):
+        for m in RQF_MS:
             s = torch.randn(m, e, device="cuda").to(torch_dtype(score))
             b = torch.randn(e, device="cuda") * 0.1
             x = torch.randn(m, h, device="cuda").to(torch_dtype(act))

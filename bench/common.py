@@ -9,6 +9,19 @@ import torch
 CALLS_PER_GRAPH = 20
 REPLAYS = 30
 
+# The sizes timed, shared by bench.py (with its references) and kernel_times.py (kernels alone).
+SITU_D = 3584
+SITU_PAIRS = (("bf16", "bf16"), ("fp32", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"))
+SITU_MS = (1, 128, 4096, 16384)
+RQF_SHAPE = (896, 16, 3584)  # E, K, hidden
+RQF_MS = (1, 16, 64, 128, 256, 1024)
+
+
+def router_ms(name: str, num_experts: int) -> tuple[int, ...]:
+    """Every router at 1, 128, 1024, 8192; the 896/16 instances also at issue 22's 16 and prefill sizes."""
+    prefill = name.startswith("route_topk") and num_experts == 896
+    return (1, 16, 128, 1024, 4096, 8192, 65536) if prefill else (1, 128, 1024, 8192)
+
 
 def time_graph_us(fn, calls: int = CALLS_PER_GRAPH, replays: int = REPLAYS) -> float:
     """Median µs per call of `fn` captured `calls` times in one CUDA graph (launch gaps shrink)."""

@@ -2,11 +2,13 @@
 # One call on the GPU machine (from the repo root there): `MODE=tests` builds every family (first
 # build and cached-load times), runs every generated GPU test, the fast-path GPU tests and, when
 # build/spec_edits was prepared here (python tests/spec_edits_gpu.py), the spec-edit suite's GPU half;
-# `MODE=tune` runs `k3gen tune --all`; `MODE=bench` runs bench/bench.py (every family and the host path, against build/before when it
-# exists); `MODE=before` runs the same bench over the tree at build/before; `MODE=times` times the
-# kernels alone in both trees (bench/kernel_times.py, KT narrows). Several modes run in order: MODE="tests tune bench". TESTS (pytest paths, default every
-# generated test and the fast-path GPU tests), TUNE (families, default --all) and BENCH (families)
-# narrow a mode; `rebuild` runs k3gen build between them (the tables `tune` wrote, compiled in). Logs and results are packed into $OUT/k3results-$MODE.tgz (the device tool returns 8 files).
+# `MODE=tune` runs `k3gen tune --all`; `MODE=bench` runs bench/bench.py (every family and the host
+# path, against build/before when it exists); `MODE=times` times the kernels alone in the tree at
+# build/before and in this one (bench/kernel_times.py). Several modes run in order:
+# MODE="tests tune bench". TESTS (pytest paths, default every generated test and the fast-path GPU
+# tests), TUNE (families, default --all), BENCH (families) and KT (kernel_times families) narrow a
+# mode; `rebuild` runs k3gen build between them (the tables `tune` wrote, compiled in). Logs and
+# results are packed into $OUT/k3results-$MODE.tgz (the device tool returns 8 files).
 set -uo pipefail
 MODE=${MODE:-tests}
 FINAL=${OUT:-/tmp/k3out}; OUT=$(mktemp -d); mkdir -p "$FINAL"
@@ -61,12 +63,6 @@ elif [ "$MODE" = times ]; then
     PYTHONPATH=$tree:$tree/generated timeout "${TIMES_TIMEOUT:-150}" python3 bench/kernel_times.py --tag "$tag" \
       --out "$OUT/kernel_times.jsonl" $(for f in ${KT:-}; do echo --family "$f"; done) 2>&1 | grep -v Warning | tail -2
   done
-elif [ "$MODE" = before ]; then
-  # The same bench script and families over the tree at build/before (an older commit, with its own
-  # generated/ and tables), for a same-run before/after; its results land in $OUT/before.
-  mkdir -p "$OUT/before"
-  PYTHONPATH=$PWD/build/before:$PWD/build/before/generated timeout "${BENCH_TIMEOUT:-500}" python3 bench/bench.py \
-    --out "$OUT/before" $(for f in ${BENCH:-}; do echo --family "$f"; done) 2>&1 | grep -v Warning | tee "$OUT/before/bench.log"
 else
   timeout "${BENCH_TIMEOUT:-500}" python3 bench/bench.py --out "$OUT" $(for f in ${BENCH:-}; do echo --family "$f"; done) \
     2>&1 | grep -v Warning | tee "$OUT/bench.log" "$FINAL/bench.partial.log"  # the partial log: as gpu_tests'

@@ -23,20 +23,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import time_graph_us
+from common import RQF_MS, RQF_SHAPE, SITU_D, SITU_MS, SITU_PAIRS, router_ms, time_graph_us
 
 from k3gen.oracles.vocabulary import torch_dtype
 
 
 def situ_and_mul():
+    from k3gen.oracles import situ_and_mul as oracle
     from k3kernels import situ_and_mul as fam
 
-    d = 3584
-    for dt_in, dt_out in (("bf16", "bf16"), ("fp32", "bf16"), ("fp16", "fp16"), ("fp32", "fp32")):
-        for m in (1, 128, 4096, 16384):
+    d, beta, linear_beta = SITU_D, oracle.BETA, oracle.LINEAR_BETA
+    for dt_in, dt_out in SITU_PAIRS:
+        for m in SITU_MS:
             x = torch.randn(m, 2 * d, device="cuda").mul_(6).to(torch_dtype(dt_in))
             out = torch.empty(m, d, device="cuda", dtype=torch_dtype(dt_out))
-            yield f"{dt_in}->{dt_out}", m, lambda x=x, out=out: fam.situ_and_mul(x, 4.0, 25.0, out=out)
+            yield f"{dt_in}->{dt_out}", m, lambda x=x, out=out: fam.situ_and_mul(x, beta, linear_beta, out=out)
 
 
 def routers():
@@ -48,8 +49,7 @@ def routers():
         fam = importlib.import_module(f"k3kernels.{name}")
         op, e, k = getattr(fam, name), fam.num_experts, fam.top_k
         has_bias = any(t[0] == "bias" for t in fam.TENSORS)
-        ms = (1, 16, 128, 1024, 4096, 8192, 65536) if e == 896 else (1, 128, 1024, 8192)
-        for m in ms:
+        for m in router_ms(name, e):
             scores = torch.randn(m, e, device="cuda").to(torch.bfloat16)
             bias = torch.randn(e, device="cuda") * 0.1
             args = (scores, bias) if has_bias else (scores,)
@@ -60,9 +60,9 @@ def routers():
 def route_quant_fused():
     from k3kernels import route_quant_fused as fam
 
-    e, k, h = 896, 16, 3584
+    e, k, h = RQF_SHAPE
     for dt in ("bfloat16", "float32"):
-        for m in (1, 16, 64, 128, 256, 1024):
+        for m in RQF_MS:
             s = torch.randn(m, e, device="cuda").to(getattr(torch, dt))
             b = torch.randn(e, device="cuda") * 0.1
             x = torch.randn(m, h, device="cuda").to(getattr(torch, dt))
