@@ -415,6 +415,23 @@ EDITS = [
         ),
     ),
     Edit(
+        "topk_thread_strategy",
+        "one thread per token for 896 experts",
+        "route_topk",
+        (Replace(TOPK, "  strategy: 1\n", "  strategy: 4\n"),),
+        errors=(
+            Expected(
+                TOPK,
+                "  strategy: 4",
+                T + "constants.strategy): `strategy != 4 or (num_experts <= 32 and not grouped)` does not hold "
+                "(strategy = 4, num_experts = 896, grouped = False): "
+                "<<templates/route_topk/limits.yaml|strategy != 4>> requires it (one thread per token keeps its "
+                "whole row in registers: at most 32 experts, and no groups (strategy: 2 or 3 serve the rest)); "
+                "change the spec, or extend the template and its limits",
+            ),
+        ),
+    ),
+    Edit(
         "new_family_topk_e512",
         "a 512-expert, top-8 router from route_topk's spec",
         "route_topk_e512",

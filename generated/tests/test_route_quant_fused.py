@@ -60,7 +60,7 @@ VARIANT_ROWS = [
 VARIANT_IDS = ["score_bf16__act_bf16", "score_bf16__act_fp32", "score_fp32__act_bf16", "score_fp32__act_fp32"]
 # Test sizes, layouts and edge cases (the oracle's case_*); excluded cells with the reason a call
 # must name; gates that the oracle's reject_* inputs fail.
-DIMS = [{"M": 1}, {"M": 2}, {"M": 16}, {"M": 255}, {"M": 1024}]
+DIMS = [{"M": 1}, {"M": 2}, {"M": 16}, {"M": 128}, {"M": 255}, {"M": 256}, {"M": 1024}]
 LAYOUTS = ["dense", "strided"]
 CASES = ["matches_separate", "nan", "graph_replay"]
 EXCLUDED = []

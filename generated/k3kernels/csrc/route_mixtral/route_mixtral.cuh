@@ -625,15 +625,137 @@ K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, co
   }
 }
 
+// --- the thread strategy: one thread per token, the whole row in its registers (E <= 32) -------
+
+// The warp's softmax row sum, repeated in one thread: expert e is lane e's one value (E <= 32), the
+// butterfly's steps d = lanes/2 .. 1 add v[l + d] into v[l], and lane 0 ends with what every lane of
+// warp_sum ends with (each step's pair adds the same two numbers). The lanes past E hold +0.
+template <int E>
+K3_DEVICE float thread_butterfly_sum(const float (&ex)[E]) {
+  constexpr int lanes = butterfly_lanes(E);
+  float v[lanes];
+#pragma unroll
+  for (int l = 0; l < lanes; ++l) v[l] = l < E ? ex[l] : 0.0f;
+#pragma unroll
+  for (int d = lanes / 2; d > 0; d >>= 1) {
+#pragma unroll
+    for (int l = 0; l < d; ++l) v[l] += v[l + d];
+  }
+  return v[0];
+}
+
+// One token's top-K by one thread: every score of the row in registers, scored and biased as
+// route_warp does, then K rounds each take the largest remaining composite key (unique: the same
+// picks in the same order as the other strategies). No shuffle, no shared memory, no barrier: where
+// E is small, a warp per token leaves most lanes idle and pays a butterfly per reduction.
+template <typename T_score, typename T_bias, int E, int K>
+K3_DEVICE void route_thread(const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
+                            float* __restrict__ weights, int32_t* __restrict__ ids, bool renormalize, float scale) {
+  static_assert(E <= 32 && K <= E && kGroups == 1,
+                "the thread strategy keeps a row of at most 32 experts in registers, without groups");
+  constexpr bool softmax_first = kScoring == kScoringSoftmax && !kScoringAfter;
+  constexpr bool divide_late = softmax_first && kBiasAt == kBiasNone;
+  float x[E], add[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) {  // every load first, then the math
+    x[e] = k3::to_float(scores[e]);
+    add[e] = kBiasAt != kBiasNone ? k3::to_float(bias[e]) : 0.0f;
+  }
+  float weight[E], value[E];
+  float total = 1.0f;
+  if constexpr (kScoringAfter) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      weight[e] = x[e];
+      value[e] = kBiasAt == kBiasLogits ? x[e] + add[e] : x[e];
+    }
+  } else if constexpr (softmax_first) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int e = 0; e < E; ++e) m = fmaxf(m, x[e]);
+#pragma unroll
+    for (int e = 0; e < E; ++e) weight[e] = expf(x[e] - m);
+    total = thread_butterfly_sum<E>(weight);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      if constexpr (!divide_late) weight[e] = weight[e] / total;
+      value[e] = kBiasAt == kBiasScores ? weight[e] + add[e] : x[e];
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      weight[e] = route_score(x[e]);
+      value[e] = kBiasAt != kBiasNone ? weight[e] + add[e] : weight[e];
+    }
+  }
+  uint64_t key[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) key[e] = warp_key(value[e], e);  // valid keys: every one above 0
+  float picked_weight[K];
+  int picked_id[K];
+#pragma unroll
+  for (int r = 0; r < K; ++r) {
+    uint64_t best = 0;
+    float w = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      if (key[e] > best) {
+        best = key[e];
+        w = weight[e];
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) key[e] = key[e] == best ? 0 : key[e];
+    picked_weight[r] = divide_late ? w / total : w;
+    picked_id[r] = int(best & 0x7fffu);
+  }
+  if constexpr (kScoringAfter) {  // scored over the K picks only
+    if constexpr (kScoring == kScoringSoftmax) {
+      float m = -INFINITY;
+#pragma unroll
+      for (int r = 0; r < K; ++r) m = fmaxf(m, picked_weight[r]);
+      float ex[K], picked_total = 0.0f;
+#pragma unroll
+      for (int r = 0; r < K; ++r) {
+        ex[r] = expf(picked_weight[r] - m);
+        picked_total += ex[r];  // rank order, as the oracle adds
+      }
+#pragma unroll
+      for (int r = 0; r < K; ++r) picked_weight[r] = ex[r] / picked_total;
+    } else {
+#pragma unroll
+      for (int r = 0; r < K; ++r) picked_weight[r] = route_score(picked_weight[r]);
+    }
+  }
+  float sum = 0.0f;  // rank order, one fp32 add at a time, as the oracle adds
+#pragma unroll
+  for (int r = 0; r < K; ++r) sum += picked_weight[r];
+  const float denom = renorm_denominator(sum, renormalize);
+#pragma unroll
+  for (int r = 0; r < K; ++r) {
+    int slot = r;  // by rank; unsorted: in expert-id order
+    if constexpr (!kSorted) {
+      slot = 0;
+#pragma unroll
+      for (int j = 0; j < K; ++j) slot += picked_id[j] < picked_id[r];
+    }
+    weights[slot] = picked_weight[r] / denom * scale;
+    ids[slot] = picked_id[r];
+  }
+}
+
 // How a routing block serves its tokens: the `strategy` knob of route_topk and route_quant_fused.
 constexpr int kStrategyBlock = 1;       // one block per token: the radix select of route_row
 constexpr int kStrategyWarp = 2;        // block_threads / warp size tokens per block, one warp each (route_warp)
 constexpr int kStrategyWarpRounds = 3;  // the same, its select K rounds whatever K (no threshold gather)
+constexpr int kStrategyThread = 4;      // block_threads tokens per block, one thread each (route_thread)
 
 // The routing blocks of M tokens.
 template <int strategy, int block_threads>
 __host__ __device__ constexpr int64_t routing_blocks(int64_t M) {
-  constexpr int64_t per_block = strategy == kStrategyBlock ? 1 : block_threads / K3_WARP_SIZE;
+  constexpr int64_t per_block = strategy == kStrategyBlock    ? 1
+                                : strategy == kStrategyThread ? block_threads
+                                                              : block_threads / K3_WARP_SIZE;
   return (M + per_block - 1) / per_block;
 }
 
@@ -646,6 +768,11 @@ K3_DEVICE void route_block(int64_t block, const T_score* __restrict__ scores, in
     __shared__ RouteShared sh;
     route_row<T_score, T_bias, E, K, block_threads>(sh, scores + block * scores_stride0, bias, weights + block * K,
                                                     ids + block * K, renormalize, scale);
+  } else if constexpr (strategy == kStrategyThread) {
+    const int64_t row = block * block_threads + threadIdx.x;
+    if (row >= M) return;
+    route_thread<T_score, T_bias, E, K>(scores + row * scores_stride0, bias, weights + row * K, ids + row * K,
+                                        renormalize, scale);
   } else {
     constexpr int per_block = block_threads / K3_WARP_SIZE;
     __shared__ WarpShared ws[per_block];
@@ -658,7 +785,7 @@ K3_DEVICE void route_block(int64_t block, const T_score* __restrict__ scores, in
   }
 }
 
-template <typename T_score, bool FAST_MATH, int VEC, int block_threads>
+template <typename T_score, bool FAST_MATH, int VEC, int strategy, int block_threads>
 __global__ void __launch_bounds__(block_threads)
 route_topk_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, const float* __restrict__ bias,
                   float* __restrict__ weights, int32_t* __restrict__ ids, int64_t M, int32_t renormalize,
@@ -669,7 +796,7 @@ route_topk_kernel(const T_score* __restrict__ scores, int64_t scores_stride0, co
       blockIdx.x, scores, scores_stride0, bias, weights, ids, M, renormalize != 0, scale);
 }
 
-template <typename T_score, bool FAST_MATH, int VEC, int block_threads>
+template <typename T_score, bool FAST_MATH, int VEC, int strategy, int block_threads>
 k3_error_t launch(const Args& a, k3_stream_t stream) {
   #if K3_CUDA
   static_assert(std::is_same<T_score, __nv_bfloat16>::value || std::is_same<T_score, __half>::value || std::is_same<T_score, float>::value, "score: templates/route_topk/limits.yaml:6 allows bf16, fp16, fp32");
@@ -678,8 +805,8 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   #endif
   static_assert(num_experts >= 1 && num_experts <= 1024, "num_experts: templates/route_topk/limits.yaml:18 allows at least 1; at most 1024");
   static_assert(top_k >= 1 && top_k <= 64, "top_k: templates/route_topk/limits.yaml:22 allows at least 1; at most 64");
-  static_assert((strategy == 1 || strategy == 2 || strategy == 3), "strategy: templates/route_topk/limits.yaml:23 allows 1, 2, 3");
-  static_assert((block_threads == 128 || block_threads == 256 || block_threads == 512), "block_threads: templates/route_topk/limits.yaml:26 allows 128, 256, 512");
+  static_assert((strategy == 1 || strategy == 2 || strategy == 3 || strategy == 4), "strategy: templates/route_topk/limits.yaml:23 allows 1, 2, 3, 4");
+  static_assert((block_threads == 128 || block_threads == 256 || block_threads == 448 || block_threads == 512), "block_threads: templates/route_topk/limits.yaml:26 allows 128, 256, 448, 512");
   static_assert((kScoring == kScoringSigmoid || kScoring == kScoringSoftmax || kScoring == kScoringSqrtSoftplus || kScoring == kScoringNone), "routing.scoring: templates/route_topk/limits.yaml:11 allows sigmoid, softmax, sqrt_softplus, none");
   static_assert((kScoringAfter == false || kScoringAfter == true), "routing.scoring_at: templates/route_topk/limits.yaml:12 allows before, after");
   static_assert((kBiasAt == kBiasScores || kBiasAt == kBiasLogits || kBiasAt == kBiasNone), "routing.bias: templates/route_topk/limits.yaml:13 allows scores, logits, none");
@@ -690,9 +817,10 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   static_assert((top_k <= num_experts), "templates/route_topk/limits.yaml:32 requires top_k <= num_experts: the top-k of num_experts experts");
   static_assert(((strategy != 1) || (!(grouped || softmax || scoring_after))), "templates/route_topk/limits.yaml:33 requires strategy != 1 or not (grouped or softmax or scoring_after): one block per token keys each expert on its own: a softmax over the row, grouped selection and scoring after the top-K run in the warp strategies (strategy: 2 or 3)");
   static_assert(((strategy == 1) || (top_k <= 32)), "templates/route_topk/limits.yaml:35 requires strategy == 1 or top_k <= 32: the warp strategy keeps pick r on lane r: at most 32 picks (a CUDA warp)");
+  static_assert(((strategy != 4) || ((num_experts <= 32) && (!grouped))), "templates/route_topk/limits.yaml:36 requires strategy != 4 or (num_experts <= 32 and not grouped): one thread per token keeps its whole row in registers: at most 32 experts, and no groups (strategy: 2 or 3 serve the rest)");
   if (a.M == 0) return K3_SUCCESS;  // no token, no launch (a grid of no blocks is a launch error)
   const int64_t blocks = routing_blocks<strategy, block_threads>(a.M);  // M < 2^31 (a gate): fits a grid
-  return k3::launch(route_topk_kernel<T_score, FAST_MATH, VEC, block_threads>, dim3(unsigned(blocks)), dim3(block_threads), 0,
+  return k3::launch(route_topk_kernel<T_score, FAST_MATH, VEC, strategy, block_threads>, dim3(unsigned(blocks)), dim3(block_threads), 0,
                     stream, K3_PDL, static_cast<const T_score*>(a.scores), a.scores_stride0,
 static_cast<const float*>(nullptr),
                     static_cast<float*>(a.out_weights), static_cast<int32_t*>(a.out_ids), a.M, a.renormalize,

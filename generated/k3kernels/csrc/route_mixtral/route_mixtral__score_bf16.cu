@@ -12,16 +12,22 @@ int route_mixtral__score_bf16(const Args& a, k3_stream_t stream, char* err, size
   if (!(a.M <= 2147483647)) return k3::fail(err, err_len, "route_mixtral: gate `M <= 2147483647` failed");
   // Picks per bucket of M: specs/tuning/route_mixtral.h200.yaml.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
-  static constexpr int8_t bucket_config[] = {1, 1, 0, 0, 2, 1};
+  static constexpr int8_t bucket_config[] = {3, 3, 3, 3, 3, 3};
   constexpr int buckets = 6;
   switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_mixtral",
-                          "specs/tuning/route_mixtral.h200.yaml; ran the spec's default config (block_threads=128); tune with `k3gen tune --family route_mixtral`")) {
-    case 1:  // block_threads=256
-      return k3::status(launch<__nv_bfloat16, false, 1, /*block_threads=*/256>(a, stream), err, err_len, "route_mixtral__score_bf16");
-    case 2:  // block_threads=512
-      return k3::status(launch<__nv_bfloat16, false, 1, /*block_threads=*/512>(a, stream), err, err_len, "route_mixtral__score_bf16");
-    default:  // 0: block_threads=128, the spec's default
-      return k3::status(launch<__nv_bfloat16, false, 1, /*block_threads=*/128>(a, stream), err, err_len, "route_mixtral__score_bf16");
+                          "specs/tuning/route_mixtral.h200.yaml; ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_mixtral`")) {
+    case 1:  // strategy=2, block_threads=256
+      return k3::status(launch<__nv_bfloat16, false, 1, /*strategy=*/2, /*block_threads=*/256>(a, stream), err, err_len, "route_mixtral__score_bf16");
+    case 2:  // strategy=2, block_threads=512
+      return k3::status(launch<__nv_bfloat16, false, 1, /*strategy=*/2, /*block_threads=*/512>(a, stream), err, err_len, "route_mixtral__score_bf16");
+    case 3:  // strategy=4, block_threads=128
+      return k3::status(launch<__nv_bfloat16, false, 1, /*strategy=*/4, /*block_threads=*/128>(a, stream), err, err_len, "route_mixtral__score_bf16");
+    case 4:  // strategy=4, block_threads=256
+      return k3::status(launch<__nv_bfloat16, false, 1, /*strategy=*/4, /*block_threads=*/256>(a, stream), err, err_len, "route_mixtral__score_bf16");
+    case 5:  // strategy=4, block_threads=512
+      return k3::status(launch<__nv_bfloat16, false, 1, /*strategy=*/4, /*block_threads=*/512>(a, stream), err, err_len, "route_mixtral__score_bf16");
+    default:  // 0: strategy=2, block_threads=128, the spec's default
+      return k3::status(launch<__nv_bfloat16, false, 1, /*strategy=*/2, /*block_threads=*/128>(a, stream), err, err_len, "route_mixtral__score_bf16");
   }
 }
 
