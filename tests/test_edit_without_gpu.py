@@ -201,14 +201,14 @@ def test_an_arch_the_template_cannot_serve_is_refused_with_the_reason(repo, caps
     assert message in err
 
 
-TOPK_KNOBS = "knobs: {strategy: [1, 2], block_threads: [256, 128, 512]}"
+TOPK_KNOBS = "knobs: {strategy: [1, 2], block_threads: [256, 128, 448, 512]}"
 
 
 @pytest.mark.parametrize(
     "edit",
     [
         (TOPK_KNOBS, "knobs: {strategy: [1, 2], block_threads: [256, 128]}"),
-        (TOPK_KNOBS, "knobs: {block_threads: [256, 128, 512]}"),
+        (TOPK_KNOBS, "knobs: {block_threads: [256, 128, 448, 512]}"),
     ],
     ids=["candidate-dropped", "knob-dropped"],
 )
