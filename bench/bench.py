@@ -24,6 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "bench"), *([] if os.environ.get("PYTHONPATH") else [str(REPO), str(REPO / "generated")])]
 
 from common import (  # noqa: E402
+    PTGQ_CASES,
+    PTGQ_K,
+    PTGQ_MS,
     RQF_MS,
     RQF_SHAPE,
     SITU_D,
@@ -78,15 +81,12 @@ def bench_per_token_group_quant() -> tuple[list[dict], list[str]]:
     from k3kernels import per_token_group_quant as fam
 
     torch._dynamo.config.cache_size_limit = 256
-    k = 7168
+    k = PTGQ_K
     rows, verdicts = [], []
-    configs = [
-        (dt, g, fmt) for dt in ("bf16", "fp16", "fp32") for g, fmt in ((128, "ue8m0"), (128, "fp32_row"), (32, "ue8m0"))
-    ]
-    for dt, g, fmt in configs:
+    for dt, g, fmt in PTGQ_CASES:
         variant = {"in": dt, "group_size": g, "scale_format": fmt, "fuse_silu_and_mul": False}
         ref = torch.compile(lambda x: oracle.reference(variant, x, g, fmt), dynamic=False)
-        for m in (1, 128, 4096, 16384):
+        for m in PTGQ_MS:
             x = torch.randn(m, k, device="cuda").to(torch_dtype(dt))
             q, scale = fam.per_token_group_quant(x, group_size=g, scale_format=fmt)
             nbytes = x.numel() * x.element_size() + q.numel() + scale.numel() * 4

@@ -13,6 +13,11 @@ REPLAYS = 30
 SITU_D = 3584
 SITU_PAIRS = (("bf16", "bf16"), ("fp32", "bf16"), ("fp16", "fp16"), ("fp32", "fp32"))
 SITU_MS = (1, 128, 4096, 16384)
+PTGQ_K = 7168
+PTGQ_CASES = tuple(
+    (dt, g, fmt) for dt in ("bf16", "fp16", "fp32") for g, fmt in ((128, "ue8m0"), (128, "fp32_row"), (32, "ue8m0"))
+)
+PTGQ_MS = (1, 128, 4096, 16384)
 RQF_SHAPE = (896, 16, 3584)  # E, K, hidden
 RQF_MS = (1, 16, 64, 128, 256, 1024)
 

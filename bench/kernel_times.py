@@ -8,7 +8,7 @@ name their package k3kernels), alternating, on the GPU machine:
     PYTHONPATH=$PWD:$PWD/generated python3 bench/kernel_times.py --tag after --out X.jsonl
 
 Each line of X.jsonl: {"tag", "family", "case", "M", "us"} (CUDA graph of 20 calls, median of 30
-replays, as bench.py). `--family` narrows: situ_and_mul, routers, route_quant_fused.
+replays, as bench.py). `--family` narrows: situ_and_mul, per_token_group_quant, routers, route_quant_fused.
 """
 
 from __future__ import annotations
@@ -23,7 +23,18 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import RQF_MS, RQF_SHAPE, SITU_D, SITU_MS, SITU_PAIRS, router_ms, time_graph_us
+from common import (
+    PTGQ_CASES,
+    PTGQ_K,
+    PTGQ_MS,
+    RQF_MS,
+    RQF_SHAPE,
+    SITU_D,
+    SITU_MS,
+    SITU_PAIRS,
+    router_ms,
+    time_graph_us,
+)
 
 from k3gen.oracles.vocabulary import torch_dtype
 
@@ -38,6 +49,19 @@ def situ_and_mul():
             x = torch.randn(m, 2 * d, device="cuda").mul_(6).to(torch_dtype(dt_in))
             out = torch.empty(m, d, device="cuda", dtype=torch_dtype(dt_out))
             yield f"{dt_in}->{dt_out}", m, lambda x=x, out=out: fam.situ_and_mul(x, beta, linear_beta, out=out)
+
+
+def per_token_group_quant():
+    from k3kernels import per_token_group_quant as fam
+
+    for dt, g, fmt in PTGQ_CASES:
+        for m in PTGQ_MS:
+            x = torch.randn(m, PTGQ_K, device="cuda").to(torch_dtype(dt))
+            q, scale = fam.per_token_group_quant(x, group_size=g, scale_format=fmt)
+            call = lambda x=x, g=g, fmt=fmt, q=q, scale=scale: fam.per_token_group_quant(  # noqa: E731
+                x, group_size=g, scale_format=fmt, out=q, out_scale=scale
+            )
+            yield f"{dt} G{g} {fmt}", m, call
 
 
 def routers():
@@ -71,7 +95,12 @@ def route_quant_fused():
             yield f"route_quant_fused {dt}", m, call
 
 
-FAMILIES = {"situ_and_mul": situ_and_mul, "routers": routers, "route_quant_fused": route_quant_fused}
+FAMILIES = {
+    "situ_and_mul": situ_and_mul,
+    "per_token_group_quant": per_token_group_quant,
+    "routers": routers,
+    "route_quant_fused": route_quant_fused,
+}
 
 
 def main() -> None:

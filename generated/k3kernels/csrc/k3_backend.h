@@ -112,18 +112,33 @@ template <> K3_DEVICE k3_bf16 from_float<k3_bf16>(float x) {
 // special-function instructions, which bound these kernels before memory does. The accurate path
 // stays within a few fp32 ulps with two special-function ops, where tanhf/expf/IEEE division
 // cost about twice the instructions.
+
+// __expf(x), bit for bit, where x * log2(e) >= -126 or where only 1 + e^x is used (1 + a result
+// below 2^-126 rounds to 1 either way). CUDA: ex2.approx.ftz, without the two predicated multiplies
+// that rescale __expf's results below 2^-126.
+K3_DEVICE float exp_fast(float x) {
+#if K3_CUDA
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.44269504088896340736f));
+  return y;
+#else
+  return __expf(x);
+#endif
+}
+
+// Both formulas and a select, no branch: a branch per element around each formula kept the compiler
+// from interleaving a thread's elements, and a warp whose elements fall on both sides ran both anyway.
 K3_DEVICE float tanh_accurate(float x) {
   const float ax = fabsf(x);
-  if (ax < 0.3f) {  // 1 - 2/(e^2x + 1) cancels near 0: odd Taylor series, next term < 2e-8 relative
-    const float x2 = x * x;
-    float p = 62.0f / 2835.0f;
-    p = fmaf(p, x2, -17.0f / 315.0f);
-    p = fmaf(p, x2, 2.0f / 15.0f);
-    p = fmaf(p, x2, -1.0f / 3.0f);
-    return fmaf(x * x2, p, x);
-  }
-  const float t = 1.0f - __fdividef(2.0f, __expf(2.0f * ax) + 1.0f);  // NaN stays NaN, inf gives 1
-  return copysignf(t, x);
+  // Below 0.3, 1 - 2/(e^2x + 1) cancels: the odd Taylor series, next term < 2e-8 relative.
+  const float x2 = x * x;
+  float p = 62.0f / 2835.0f;
+  p = fmaf(p, x2, -17.0f / 315.0f);
+  p = fmaf(p, x2, 2.0f / 15.0f);
+  p = fmaf(p, x2, -1.0f / 3.0f);
+  const float series = fmaf(x * x2, p, x);
+  const float t = 1.0f - __fdividef(2.0f, exp_fast(2.0f * ax) + 1.0f);  // NaN stays NaN, inf gives 1
+  return ax < 0.3f ? series : copysignf(t, x);
 }
 
 template <bool FAST_MATH>
@@ -139,7 +154,7 @@ K3_DEVICE float tanh(float x) {
 }
 
 // A few fp32 ulps; exp(-x) = inf for very negative x gives exactly 0.
-K3_DEVICE float sigmoid(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+K3_DEVICE float sigmoid(float x) { return __fdividef(1.0f, 1.0f + exp_fast(-x)); }
 
 // Two floats to two fp8 e4m3fn codes (low byte = a), round to nearest even, saturating to ±448.
 // Callers map NaN first: the contracts send NaN to +448, which the hardware conversion does not.

@@ -10,10 +10,12 @@ namespace k3_route_qwen3_moe {
 // --- routing of one token (templates/route_topk/device.cuh.j2) ---
 // Order-preserving 32-bit key of a rank value: larger float → larger key; -0.0 == +0.0; NaN ranks
 // below every number, -inf included (key 0, while -inf maps to 0x007fffff).
+// Integer ops and one select, no branch: a row's keys are made together, and a predicate per key
+// for the zero, the sign and NaN ran out of predicate registers (spilled to general ones).
 K3_DEVICE uint32_t rank_key(float r) {
-  if (r != r) return 0u;
-  const uint32_t bits = __float_as_uint(r == 0.0f ? 0.0f : r);
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+  const uint32_t bits = __float_as_uint(r + 0.0f);                      // -0.0 + 0.0 is +0.0
+  const uint32_t flip = uint32_t(int32_t(bits) >> 31) | 0x80000000u;  // negative: every bit, else the sign
+  return r != r ? 0u : bits ^ flip;
 }
 
 // The sigmoid formulas a spec may pick (`sigmoid`, k3gen/spec/routing.py); both are compiled and a
@@ -22,14 +24,18 @@ K3_DEVICE uint32_t rank_key(float r) {
 constexpr int kSigmoidExpf = 0;  // 1 / (1 + expf(-x)): torch.sigmoid's fp32 formula
 constexpr int kSigmoidExp2 = 1;  // 1 / (1 + exp2f(-log2e * x)): aiter's formula
 template <int FORMULA>
-K3_DEVICE float route_sigmoid(float x) {
+K3_DEVICE float sigmoid_denominator(float x) {
   static_assert(FORMULA == kSigmoidExpf || FORMULA == kSigmoidExp2, "a formula of k3gen.spec.routing.SIGMOIDS");
   if constexpr (FORMULA == kSigmoidExp2) {
     constexpr float log2e = 1.44269504088896340736f;
-    return 1.0f / (1.0f + exp2f(-log2e * x));
+    return 1.0f + exp2f(-log2e * x);
   } else {
-    return 1.0f / (1.0f + expf(-x));
+    return 1.0f + expf(-x);
   }
+}
+template <int FORMULA>
+K3_DEVICE float route_sigmoid(float x) {
+  return 1.0f / sigmoid_denominator<FORMULA>(x);
 }
 
 // Tie order and sigmoid per backend (the spec's `tie_order` and `sigmoid`, resolved by k3gen.plan):
@@ -76,6 +82,42 @@ K3_DEVICE float route_score(float x) {
   } else {
     return x;  // none (softmax is never elementwise: route_warp scores it over the row)
   }
+}
+
+#if K3_CUDA
+// The sigmoid of x >= -87, bit for bit route_sigmoid's. CUDA's IEEE division 1 / d branches to a slow
+// path outside its fast range, and a branch per score keeps the compiler from interleaving a row's
+// sigmoids (28 a lane for 896 experts in a warp, each a chain through two special-function units).
+// For x >= -87, d = 1 + e^-x lies in [1, 2^126) (e^87 < 2^126), where the division is the
+// reciprocal approximation and one Newton step: this is that step, without the branch. HIP's
+// division has no such branch.
+template <int FORMULA>
+K3_DEVICE float route_sigmoid_in_range(float x) {
+  const float d = sigmoid_denominator<FORMULA>(x);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return fmaf(r, -fmaf(d, r, -1.0f), r);
+}
+#endif
+
+// route_score of a thread's n scores (padding slots hold 0). CUDA: the sigmoids without a branch
+// each when every x >= -87 (route_sigmoid_in_range), the same bits as route_score.
+template <int n>
+K3_DEVICE void route_score_all(const float (&x)[n], float (&s)[n]) {
+#if K3_CUDA
+  if constexpr (kScoring == kScoringSigmoid) {
+    bool in_range = true;
+#pragma unroll
+    for (int j = 0; j < n; ++j) in_range &= x[j] >= -87.0f;  // NaN is out of range too
+    if (in_range) {
+#pragma unroll
+      for (int j = 0; j < n; ++j) s[j] = route_sigmoid_in_range<kRouteSigmoid>(x[j]);
+      return;
+    }
+  }
+#endif
+#pragma unroll
+  for (int j = 0; j < n; ++j) s[j] = route_score(x[j]);
 }
 
 // What renormalized weights are divided by (`routing.renormalize`): the sum where it is positive
@@ -219,18 +261,18 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
   }
   uint64_t key[per_thread];
   float weight[per_thread];
+  route_score_all(score, weight);
   KeyBits bits = KeyBits::none();
 #pragma unroll
   for (int i = 0; i < per_thread; ++i) {
     const int e = t + i * threads;
     key[i] = 0;  // below every real key: indices past E are never counted
-    weight[i] = 0.0f;
     if (e < E) {
-      const float s = route_score(score[i]);
-      const uint32_t rank = rank_key(kBiasAt != kBiasNone ? s + add[i] : s);
-      weight[i] = s;
+      const uint32_t rank = rank_key(kBiasAt != kBiasNone ? weight[i] + add[i] : weight[i]);
       key[i] = (uint64_t(rank) << 16) | tie_priority(e);
       bits.add(rank);
+    } else {
+      weight[i] = 0.0f;
     }
   }
   bits = warp_fold(bits);
@@ -504,11 +546,9 @@ K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, co
       value[j] = kBiasAt == kBiasScores ? weight[j] + add[j] : x[j];
     }
   } else {
+    route_score_all(x, weight);
 #pragma unroll
-    for (int j = 0; j < n; ++j) {
-      weight[j] = route_score(x[j]);
-      value[j] = kBiasAt != kBiasNone ? weight[j] + add[j] : weight[j];
-    }
+    for (int j = 0; j < n; ++j) value[j] = kBiasAt != kBiasNone ? weight[j] + add[j] : weight[j];
   }
   uint64_t key[n];
 #pragma unroll
@@ -682,11 +722,9 @@ K3_DEVICE void route_thread(const T_score* __restrict__ scores, const T_bias* __
       value[e] = kBiasAt == kBiasScores ? weight[e] + add[e] : x[e];
     }
   } else {
+    route_score_all(x, weight);
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      weight[e] = route_score(x[e]);
-      value[e] = kBiasAt != kBiasNone ? weight[e] + add[e] : weight[e];
-    }
+    for (int e = 0; e < E; ++e) value[e] = kBiasAt != kBiasNone ? weight[e] + add[e] : weight[e];
   }
   uint64_t key[E];
 #pragma unroll
