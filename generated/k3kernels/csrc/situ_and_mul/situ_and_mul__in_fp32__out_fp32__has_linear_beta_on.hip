@@ -10,10 +10,12 @@ int situ_and_mul__in_fp32__out_fp32__has_linear_beta_on(const Args& a, k3_stream
   if (!(k3::floormod(a.D, vec) == 0)) return k3::fail(err, err_len, "situ_and_mul: gate `D % vec == 0` failed");
   if (!(k3::floormod(a.x_stride0, vec) == 0)) return k3::fail(err, err_len, "situ_and_mul: gate `x.stride0 % vec == 0` failed");
   if (!((k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out), 16) == 0))) return k3::fail(err, err_len, "situ_and_mul: gate `x.ptr % 16 == 0 and out.ptr % 16 == 0` failed");
-  // Untuned (stale: specs/tuning/situ_and_mul.h200.yaml): the spec's default config for every M.
-  static std::atomic<bool> said{false};
-  switch (k3::untuned_config(tuning, said, "situ_and_mul",
-                             "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on is untuned (stale in specs/tuning/situ_and_mul.h200.yaml); ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family situ_and_mul`")) {
+  // Picks per bucket of M: specs/tuning/situ_and_mul.h200.yaml.
+  static constexpr int64_t bucket_max[] = {1, 128, 4096, 16384};
+  static constexpr int8_t bucket_config[] = {2, 3, 0, 0};
+  constexpr int buckets = 4;
+  switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "situ_and_mul",
+                          "specs/tuning/situ_and_mul.h200.yaml; ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family situ_and_mul`")) {
     case 1:  // block_threads=256, rows_per_thread=4
       return k3::status(launch<float, float, true, false, 4, /*block_threads=*/256, /*rows_per_thread=*/4>(a, stream), err, err_len, "situ_and_mul__in_fp32__out_fp32__has_linear_beta_on");
     case 2:  // block_threads=256, rows_per_thread=8
