@@ -33,7 +33,7 @@ void run(int M, const __nv_bfloat16* s, const float* b, float* w, int32_t* ids) 
   cudaStreamCreate(&st);
   auto launch = [&]() {
     if constexpr (BT == 0) floor_kernel<<<M, 256, 0, st>>>(w, ids);
-    else route_topk_kernel<__nv_bfloat16, float, false, 1, BT><<<M, BT, 0, st>>>(s, E, b, w, ids, 1, 1.0f);
+    else route_topk_kernel<__nv_bfloat16, float, false, 1, /*strategy=*/1, BT><<<M, BT, 0, st>>>(s, E, b, w, ids, int64_t(M), 1, 1.0f);
   };
   for (int i = 0; i < 5; ++i) launch();
   cudaStreamSynchronize(st);
