@@ -3,17 +3,18 @@
 Writes a copy of generated/k3kernels/csrc/route_topk/route_topk.cuh in which block 0's thread 0
 records clock64() at kernel entry, after the PDL wait, after the keys are made, and after each barrier
 and each pick of the select (K3_PROBE, defined by probe.cu): where a decode-size call's time goes.
-Usage: python3 bench/route_probe/make_probe.py OUT.cuh
+Usage: python3 bench/route_probe/make_probe.py OUT.cuh [FAMILY [CSRC]]: FAMILY route_topk by default
+(route_topk_unsorted too), CSRC the generated csrc tree (another tree's for a before/after).
 """
 
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "generated" / "k3kernels" / "csrc" / "route_topk" / "route_topk.cuh"
+CSRC = ROOT / "generated" / "k3kernels" / "csrc"
 
 
-def instrument(src: str) -> str:
+def instrument(src: str, source: Path) -> str:
     start = src.index("K3_DEVICE void route_row(")
     end = src.index("\n}\n", start)
     body = src[start:end]
@@ -22,9 +23,12 @@ def instrument(src: str) -> str:
     body = body.replace("  bits = warp_fold(bits);\n", "  K3_PROBE();\n  bits = warp_fold(bits);\n", 1)
     body = body.replace("pick_digit(hist, k_left);", "pick_digit(hist, k_left); K3_PROBE();")
     src = src[:start] + body + "\n  K3_PROBE();" + src[end:]
-    src = src.replace('#include "route_topk_abi.h"', f'#include "{SOURCE.parent / "route_topk_abi.h"}"')
+    abi = f"{source.stem}_abi.h"
+    src = src.replace(f'#include "{abi}"', f'#include "{source.parent.resolve() / abi}"')
     return src.replace("  k3::pdl_wait();\n", "  K3_PROBE_AT(0);\n  k3::pdl_wait();\n  K3_PROBE_AT(1);\n", 1)
 
 
 if __name__ == "__main__":
-    Path(sys.argv[1]).write_text(instrument(SOURCE.read_text()), encoding="utf-8")
+    family = sys.argv[2] if len(sys.argv) > 2 else "route_topk"
+    source = (Path(sys.argv[3]) if len(sys.argv) > 3 else CSRC) / family / f"{family}.cuh"
+    Path(sys.argv[1]).write_text(instrument(source.read_text(), source), encoding="utf-8")

@@ -133,41 +133,46 @@ K3_DEVICE float renorm_denominator(float sum, bool renormalize) {
   }
 }
 
-// What the select needs to know of a row's rank keys before its first pass: the bits they all share
-// (set in `all` and in `any`), over every key and over the non-negative ones (keys with the top bit
-// set), and how many are non-negative. When at least K are, the negatives cannot reach the top K and
-// the select starts below the non-negatives' shared bits: sigmoid + bias rows share their sign and
-// most exponent bits, and a first digit over those would put nearly every key in one bin.
-struct KeyBits {
-  uint32_t all, any, pos_all, pos_any, pos;
-  K3_DEVICE static KeyBits none() { return {0xffffffffu, 0u, 0xffffffffu, 0u, 0u}; }
-  K3_DEVICE void add(uint32_t rank) {
-    all &= rank;
-    any |= rank;
-    if (rank & 0x80000000u) {
-      pos_all &= rank;
-      pos_any |= rank;
-      ++pos;
-    }
-  }
-};
+// What the select knows of a row before its first pass: bounds on the rank keys of its top K. The
+// ceiling is the row's largest rank key. The floor is the smallest of the largest keys of the row's
+// spans of kSpan experts (the spans a warp's lanes hold), which at least as many keys reach as there
+// are spans: with at least K spans it is a floor of the K-th largest, and keys below it never enter
+// the select (random rows of 896 experts: about nine in ten, whose histogram adds cost the most).
+// With fewer spans the floor is the row's smallest rank key. Every key between floor and ceiling has
+// the bits above their highest differing bit: the first digit starts below them.
+constexpr int kSpan = 32;
 
-// KeyBits of a whole warp or wave, in every lane.
-K3_DEVICE KeyBits warp_fold(KeyBits b) {
+// The largest (smallest) of v over each group of `lanes` lanes, in each: CUDA's groups are warps; HIP
+// takes a butterfly of shuffles inside each group (a span is half a wave).
+template <int lanes>
+K3_DEVICE uint32_t lanes_max(uint32_t v) {
 #if K3_CUDA
-  return {__reduce_and_sync(0xffffffffu, b.all), __reduce_or_sync(0xffffffffu, b.any),
-          __reduce_and_sync(0xffffffffu, b.pos_all), __reduce_or_sync(0xffffffffu, b.pos_any),
-          __reduce_add_sync(0xffffffffu, b.pos)};
+  static_assert(lanes == 32, "a warp");
+  return __reduce_max_sync(0xffffffffu, v);
 #else
 #pragma unroll
-  for (int d = 1; d < K3_WARP_SIZE; d <<= 1) {
-    b.all &= __shfl_xor(b.all, d);
-    b.any |= __shfl_xor(b.any, d);
-    b.pos_all &= __shfl_xor(b.pos_all, d);
-    b.pos_any |= __shfl_xor(b.pos_any, d);
-    b.pos += __shfl_xor(b.pos, d);
-  }
-  return b;
+  for (int d = 1; d < lanes; d <<= 1) v = max(v, uint32_t(__shfl_xor(v, d)));
+  return v;
+#endif
+}
+template <int lanes>
+K3_DEVICE uint32_t lanes_min(uint32_t v) {
+#if K3_CUDA
+  static_assert(lanes == 32, "a warp");
+  return __reduce_min_sync(0xffffffffu, v);
+#else
+#pragma unroll
+  for (int d = 1; d < lanes; d <<= 1) v = min(v, uint32_t(__shfl_xor(v, d)));
+  return v;
+#endif
+}
+
+// How many lanes of the warp (wave) have pred true, in every lane.
+K3_DEVICE int count_lanes(bool pred) {
+#if K3_CUDA
+  return __popc(__ballot_sync(0xffffffffu, pred));
+#else
+  return __popcll(static_cast<unsigned long long>(__ballot(pred)));
 #endif
 }
 
@@ -178,25 +183,29 @@ constexpr int kBinGather = 32;
 // Shared memory of one routing block.
 struct RouteShared {
   alignas(16) uint32_t hist[3][256];  // pass p adds into hist[p % 3] and clears hist[(p + 2) % 3]
-  KeyBits warp_bits[1024 / K3_WARP_SIZE];  // each warp's KeyBits
+  uint32_t span_max[1024 / kSpan];  // each span's largest rank key (its smallest: span_min)
+  uint32_t span_min[1024 / kSpan];
+  uint32_t pick[2];  // pass p's DigitPick, packed (pick_digit), in pick[p % 2]
   uint32_t n_taken;  // slots of `taken` filled so far
   uint64_t taken_key[64 + kBinGather];  // the top K, or fewer above the threshold's bin plus that bin
   float taken_weight[64 + kBinGather];
   int32_t taken_id[64 + kBinGather];
-  float sorted_weight[64];  // the picks in output order
-  int32_t sorted_id[64];
+  alignas(16) float sorted_weight[64];  // the picks in output order (16-byte reads of four)
+  alignas(16) int32_t sorted_id[64];
 };
 
-// The bin that holds the k_left-th largest candidate, counting from digit 255 down: every warp reads
-// the whole 256-bin histogram and finds the same bin, so a pass needs one barrier, not a cross-warp
-// scan through shared memory with two more. Lane l holds digits [256 - n(l + 1), 256 - n l), n = 256 /
-// warp size, so a prefix sum over lanes counts the candidates above each lane's digits.
+// The bin that holds the k_left-th largest candidate, counting from digit 255 down, found by one warp
+// reading the whole 256-bin histogram (no cross-warp scan through shared memory). Lane l holds digits
+// [256 - n(l + 1), 256 - n l), n = 256 / warp size, so a prefix sum over lanes counts the candidates
+// above each lane's digits. Packed in one word, in every lane: digit (8 bits), count (at most
+// E <= 1024: 12 bits), above (< k_left <= 64).
 struct DigitPick {
   uint32_t digit;  // the bin
   uint32_t count;  // candidates in it
   uint32_t above;  // candidates in higher bins (fewer than k_left; above + count >= k_left)
+  K3_DEVICE static DigitPick unpack(uint32_t packed) { return {packed & 0xffu, (packed >> 8) & 0xfffu, packed >> 20}; }
 };
-K3_DEVICE DigitPick pick_digit(const uint32_t* hist, uint32_t k_left) {
+K3_DEVICE uint32_t pick_digit(const uint32_t* hist, uint32_t k_left) {
   constexpr int per_lane = 256 / K3_WARP_SIZE;
   static_assert(per_lane % 4 == 0, "16-byte reads of the histogram");
   const int lane = int(threadIdx.x % K3_WARP_SIZE);
@@ -214,7 +223,6 @@ K3_DEVICE DigitPick pick_digit(const uint32_t* hist, uint32_t k_left) {
 #pragma unroll
   for (int i = 0; i < per_lane; ++i) total += c[i];
   uint32_t above = k3::warp_inclusive_scan(total) - total;
-  // One word, one shuffle: digit (8 bits), count (at most E <= 4095: 12 bits), above (< k_left <= 64).
   uint32_t packed = 0;
   bool found = false;  // exactly one bin of the warp: the running count crosses k_left once
 #pragma unroll
@@ -225,29 +233,28 @@ K3_DEVICE DigitPick pick_digit(const uint32_t* hist, uint32_t k_left) {
     }
     above += c[i];
   }
-  packed = k3::shfl(packed, k3::first_lane(found));
-  return {packed & 0xffu, (packed >> 8) & 0xfffu, packed >> 20};
+  return k3::shfl(packed, k3::first_lane(found));
 }
 
-// Top-K of one row by radix select over the 48-bit composite key (rank key, tie priority), 8-bit
-// digits from the highest bit in which the row's rank keys differ (routing keys share their sign and
-// most exponent bits: a first digit over those would put nearly every key in one bin and cost a pass).
-// Passes stop when a pass leaves the threshold in a bin of at most kBinGather keys, or one that lies
-// wholly in the top K (random rows: one pass; at most six, e.g. all-equal rows, which only the tie
-// bits tell apart). Composite keys are unique, so the keys at or above the threshold are the
-// K - k_left above its bin plus the bin, and the top K of those are the top K of the row. One barrier
-// before the passes, one per pass (pick_digit), one after the candidates are gathered and one after
-// the K picks are placed.
+// Top-K of one row by radix select over the 48-bit composite key (rank key, tie priority) of the keys
+// at or above the floor (see kSpan), 8-bit digits from the highest bit in which floor and ceiling
+// differ (routing keys share their sign and most exponent bits: a first digit over those would put
+// nearly every key in one bin and cost a pass). Passes stop when a pass leaves the threshold in a bin
+// of at most kBinGather keys, or one that lies wholly in the top K (random rows: one pass; at most
+// six, e.g. all-equal rows, which only the tie bits tell apart). Composite keys are unique, so the
+// keys at or above the threshold are the K - k_left above its bin plus the bin, and the top K of those
+// are the top K of the row. One barrier before the passes, two per pass (its histogram, then warp 0's
+// pick), one after the candidates are gathered and one after the K picks are placed.
 // `threads` threads call it together; outputs are sorted by rank key descending, ties in tie order.
 template <typename T_score, typename T_bias, int E, int K, int threads>
 K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
                          float* __restrict__ weights, int32_t* __restrict__ ids, bool renormalize, float scale) {
-  static_assert(K <= 64 && E <= 4095, "RouteShared holds 64 picks; a bin count fits pick_digit's 12 bits");
+  static_assert(K <= 64 && E <= 1024, "RouteShared holds 64 picks and a span's largest key per lane of a warp (E / kSpan <= 32)");
   static_assert(E > 0 && kScoring != kScoringSoftmax && !kScoringAfter && kGroups == 1,
                 "one block per token computes each key alone: softmax, scoring after the top-K and groups "
                 "run in the warp strategy (route_warp)");
   static_assert(threads % K3_WARP_SIZE == 0 && threads <= 1024 && K + kBinGather <= threads,
-                "whole warps (each finds the digit itself); one thread per gathered key");
+                "whole warps; one thread per gathered key");
   constexpr int per_thread = (E + threads - 1) / threads;
   const int t = threadIdx.x;
   // Every load of the row first, then the math: a load consumed in the iteration that issued it cost
@@ -262,7 +269,6 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
   uint64_t key[per_thread];
   float weight[per_thread];
   route_score_all(score, weight);
-  KeyBits bits = KeyBits::none();
 #pragma unroll
   for (int i = 0; i < per_thread; ++i) {
     const int e = t + i * threads;
@@ -270,28 +276,44 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     if (e < E) {
       const uint32_t rank = rank_key(kBiasAt != kBiasNone ? weight[i] + add[i] : weight[i]);
       key[i] = (uint64_t(rank) << 16) | tie_priority(e);
-      bits.add(rank);
     } else {
       weight[i] = 0.0f;
     }
   }
-  bits = warp_fold(bits);
-  if (t % K3_WARP_SIZE == 0) sh.warp_bits[t / K3_WARP_SIZE] = bits;
-  for (int b = t; b < 2 * 256; b += threads) sh.hist[0][b] = 0;  // the bins of passes 0 and 1
+  // Slot i of kSpan lanes (threads is a multiple of kSpan) holds the span of experts e .. e + kSpan - 1
+  // from its first lane's e: the spans tile the row, span e / kSpan.
+  constexpr int spans = (E + kSpan - 1) / kSpan;
+  constexpr bool floor_from_spans = spans >= K;
+#pragma unroll
+  for (int i = 0; i < per_thread; ++i) {
+    const int e = t + i * threads;
+    const uint32_t rank = uint32_t(key[i] >> 16);
+    const uint32_t most = lanes_max<kSpan>(e < E ? rank : 0u);
+    if (t % kSpan == 0 && e < E) sh.span_max[e / kSpan] = most;
+    if constexpr (!floor_from_spans) {
+      const uint32_t least = lanes_min<kSpan>(e < E ? rank : ~0u);
+      if (t % kSpan == 0 && e < E) sh.span_min[e / kSpan] = least;
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < 2 * 256; b += threads)  // the bins of passes 0 and 1
+    if (b + t < 2 * 256) sh.hist[0][b + t] = 0;
   if (t == 0) sh.n_taken = 0;
   __syncthreads();
-  constexpr int warps = threads / K3_WARP_SIZE;  // at most one warp's width of them: one fold more
+  constexpr int warps = threads / K3_WARP_SIZE;
   const int lane = t % K3_WARP_SIZE;
-  bits = warp_fold(lane < warps ? sh.warp_bits[lane] : KeyBits::none());
+  static_assert(spans <= K3_WARP_SIZE, "one lane per span");
+  const uint32_t ceiling = lanes_max<K3_WARP_SIZE>(lane < spans ? sh.span_max[lane] : 0u);
+  const uint32_t floor_rank =
+      lanes_min<K3_WARP_SIZE>(lane < spans ? (floor_from_spans ? sh.span_max[lane] : sh.span_min[lane]) : ~0u);
+  const uint64_t floor_key = uint64_t(floor_rank) << 16;  // keys below it are not candidates
   // Bits above `hi` (exclusive) are the same in every key that can reach the top K: the first digit
   // ends there; equal rank keys leave only the tie bits.
-  const bool positives = bits.pos >= uint32_t(K);
-  const uint32_t shared_and = positives ? bits.pos_all : bits.all;
-  const uint32_t differ = shared_and ^ (positives ? bits.pos_any : bits.any);
+  const uint32_t differ = floor_rank ^ ceiling;
   int hi = 16 + (differ ? 32 - __clz(int(differ)) : 0);
   // Invariant: exactly k_left of the top K have (key & mask) == prefix; the others lie above it.
   uint64_t mask = (~uint64_t(0) << hi) & 0xffffffffffffull;
-  uint64_t prefix = (uint64_t(shared_and) << 16) & mask;
+  uint64_t prefix = (uint64_t(ceiling) << 16) & mask;
   uint32_t k_left = K;
 #pragma unroll 1
   for (int pass = 0; hi > 0; ++pass) {
@@ -300,14 +322,23 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     uint32_t* hist = sh.hist[pass % 3];
 #pragma unroll
     for (int i = 0; i < per_thread; ++i) {
-      const bool candidate = t + i * threads < E && (key[i] & mask) == prefix;
+      const bool candidate = t + i * threads < E && key[i] >= floor_key && (key[i] & mask) == prefix;
       k3::histogram_add(hist, uint32_t(key[i] >> lo) & digit_mask, candidate);
     }
     __syncthreads();
     // hist[(pass + 2) % 3] was last read in the previous pass, which every warp finished before the
     // barrier above; it is next added into two passes on, after a barrier this thread reaches later.
-    for (int b = t; b < 256; b += threads) sh.hist[(pass + 2) % 3][b] = 0;
-    const DigitPick pick = pick_digit(hist, k_left);  // the same in every warp: the loop stays uniform
+#pragma unroll
+    for (int b = 0; b < 256; b += threads)
+      if (b + t < 256) sh.hist[(pass + 2) % 3][b + t] = 0;
+    // Warp 0 finds the digit and passes it on through shared memory: every warp finding it itself
+    // gave each SM sub-partition several warps' worth of the same instructions to issue.
+    if (t < K3_WARP_SIZE) {
+      const uint32_t packed = pick_digit(hist, k_left);
+      if (t == 0) sh.pick[pass % 2] = packed;  // read before the next pass's first barrier
+    }
+    __syncthreads();
+    const DigitPick pick = DigitPick::unpack(sh.pick[pass % 2]);  // the same in every warp: the loop stays uniform
     prefix |= uint64_t(pick.digit) << lo;
     mask |= uint64_t(digit_mask) << lo;
     hi = lo;
@@ -315,12 +346,12 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     // The whole bin is in the top K, or small enough to rank whole: gather every key >= prefix.
     if (k_left == pick.count || pick.count <= uint32_t(kBinGather)) break;
   }
-  // K - k_left + count <= K - 1 + kBinGather keys lie at or above prefix (its lower bits are zero),
-  // the top K among them: gather them all.
+  // K - k_left + count <= K - 1 + kBinGather candidates lie at or above prefix (its lower bits are
+  // zero), the top K among them: gather them all.
 #pragma unroll
   for (int i = 0; i < per_thread; ++i) {
     const int e = t + i * threads;
-    if (e < E && key[i] >= prefix) {
+    if (e < E && key[i] >= prefix && key[i] >= floor_key) {
       const uint32_t slot = atomicAdd(&sh.n_taken, 1u);  // slot order varies; the sort below does not
       sh.taken_key[slot] = key[i];
       sh.taken_weight[slot] = weight[i];
@@ -328,15 +359,30 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
     }
   }
   __syncthreads();
+  // Rank among the gathered (keys are unique): the first K ranks are the output. Every warp ranks a
+  // few of them, gathered key i by warp i % warps: its lanes hold the gathered keys j = lane,
+  // lane + W, ... and count the larger ones with a vote each, not one thread a loop over them all.
+  constexpr int max_gathered = K - 1 + kBinGather;  // the bin holds <= kBinGather, or exactly k_left
+  constexpr int per_lane = (max_gathered + K3_WARP_SIZE - 1) / K3_WARP_SIZE;
+  constexpr int per_warp = (max_gathered + warps - 1) / warps;
   const int gathered = int(sh.n_taken);
-  if (t < gathered) {  // rank among the gathered (keys are unique): the first K ranks are the output
-    const uint64_t mine = sh.taken_key[t];
+  uint64_t theirs[per_lane];
+#pragma unroll
+  for (int c = 0; c < per_lane; ++c) {
+    const int j = lane + c * K3_WARP_SIZE;
+    theirs[c] = j < gathered ? sh.taken_key[j] : 0;  // 0: below every gathered key
+  }
+#pragma unroll
+  for (int r = 0; r < per_warp; ++r) {
+    const int i = t / K3_WARP_SIZE + r * warps;
+    if (i >= gathered) break;  // uniform in the warp
+    const uint64_t mine = sh.taken_key[i];
     int position = 0;
-#pragma unroll 8
-    for (int j = 0; j < gathered; ++j) position += sh.taken_key[j] > mine;
-    if (position < K) {
-      sh.sorted_weight[position] = sh.taken_weight[t];
-      sh.sorted_id[position] = sh.taken_id[t];
+#pragma unroll
+    for (int c = 0; c < per_lane; ++c) position += count_lanes(theirs[c] > mine);
+    if (lane == 0 && position < K) {
+      sh.sorted_weight[position] = sh.taken_weight[i];
+      sh.sorted_id[position] = sh.taken_id[i];
     }
   }
   __syncthreads();
