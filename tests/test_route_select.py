@@ -1,12 +1,13 @@
 """The radix select of templates/route_topk/device.cuh.j2, emulated on the host (issue 13).
 
-route_row's correctness rests on pick_digit: every warp reads the whole 256-bin histogram, lane l
+route_row's correctness rests on pick_digit: warp 0 reads the whole 256-bin histogram, lane l
 holding digits [256 - n(l + 1), 256 - n l) (n = 256 / warp size), and exactly one (lane, bin) finds
 the bin holding the k_left-th candidate. This emulates that rule, the passes (early exit when the
 bin holds exactly k_left, or at most kBinGather keys) and the gather (keys >= prefix, ranked), and
-checks that the gathered keys fit and their first K are the top K, for 32- and 64-lane warps; the
-first digit starts below the bits the keys that can reach the top K share (first_digit_end). The kernel
-itself is tested on a GPU by the generated tests; this pins the logic a reviewer reads.
+checks that the gathered keys fit and their first K are the top K, for 32- and 64-lane warps; keys
+below the floor never enter the select, whose first digit starts where floor and ceiling differ
+(floor_and_ceiling). The kernel itself is tested on a GPU by the generated tests; this pins the
+logic a reviewer reads.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from k3gen.oracles import route_topk as oracle
 
 BIN_GATHER = 32  # kBinGather: stop once the threshold's bin holds at most this many keys
+SPAN = 32  # kSpan: the experts a warp's lanes (half a wave's on HIP) hold in one key slot
 
 
 def pick_digit(hist: list[int], k_left: int, warp: int) -> tuple[int, int, int]:
@@ -37,41 +39,38 @@ def pick_digit(hist: list[int], k_left: int, warp: int) -> tuple[int, int, int]:
     return found[0]
 
 
-def first_digit_end(ranks: list[int], k: int) -> tuple[int, int]:
-    """(hi, shared): the select's first digit ends below bit `hi` of the 48-bit key, above which every
-    key that can reach the top K shares its bits `shared`: the non-negative rank keys (top bit set)
-    when at least K are, else all of them (KeyBits and warp_fold in the kernel)."""
-    positive = [r for r in ranks if r & 0x80000000]
-    pool = positive if len(positive) >= k else ranks
-    all_and = any_or = pool[0]
-    for r in pool:
-        all_and &= r
-        any_or |= r
-    differ = all_and ^ any_or
-    return 16 + differ.bit_length(), all_and
+def floor_and_ceiling(ranks: list[int], k: int) -> tuple[int, int]:
+    """The kernel's bounds on the rank keys of the top K (kSpan): the ceiling is the largest rank key;
+    the floor the smallest of the spans' largest (SPAN consecutive experts a span), which at least as
+    many keys reach as there are spans, when there are at least K spans; else the smallest rank key."""
+    spans = [max(ranks[i : i + SPAN]) for i in range(0, len(ranks), SPAN)]
+    return (min(spans) if len(spans) >= k else min(ranks)), max(ranks)
 
 
 def select(keys: list[int], k: int, warp: int) -> list[int]:
-    hi, shared = first_digit_end([key >> 16 for key in keys], k)
+    floor, ceiling = floor_and_ceiling([key >> 16 for key in keys], k)
+    assert floor <= sorted(keys, reverse=True)[k - 1] >> 16  # no top-K key lies below the floor
+    floor_key = floor << 16
+    hi = 16 + (floor ^ ceiling).bit_length()  # the bits above are every candidate's
     mask = ((1 << 48) - 1) & ~((1 << hi) - 1)
-    prefix = (shared << 16) & mask
+    prefix = (ceiling << 16) & mask
     k_left = k
     while hi > 0:
         lo = max(hi - 8, 0)
         digit_mask = (1 << (hi - lo)) - 1
         hist = [0] * 256
         for key in keys:
-            if key & mask == prefix:
+            if key >= floor_key and key & mask == prefix:
                 hist[(key >> lo) & digit_mask] += 1
         digit, count, above = pick_digit(hist, k_left, warp)
-        assert count < 4096 and above < 64  # the packed shuffle's fields
+        assert count < 4096 and above < 64  # the packed word's fields
         prefix |= digit << lo
         mask |= digit_mask << lo
         hi = lo
         k_left -= above
         if k_left == count or count <= BIN_GATHER:
             break
-    taken = [key for key in keys if key >= prefix]
+    taken = [key for key in keys if key >= prefix and key >= floor_key]
     assert len(taken) == k - k_left + count <= k - 1 + BIN_GATHER or len(taken) == k
     assert len(taken) <= 64 + BIN_GATHER  # RouteShared's taken arrays
     ranked = sorted(taken, reverse=True)  # the kernel: position = how many gathered keys are larger
