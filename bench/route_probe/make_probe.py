@@ -1,8 +1,8 @@
-"""Instrument the generated route_topk.cuh for bench/route_probe/probe.cu (issue 13).
+"""Instrument a generated routing header for bench/route_probe/select_times.cu (issues 13, 22).
 
-Writes a copy of generated/k3kernels/csrc/route_topk/route_topk.cuh in which block 0's thread 0
-records clock64() at kernel entry, after the PDL wait, after the keys are made, and after each barrier
-and each pick of the select (K3_PROBE, defined by probe.cu): where a decode-size call's time goes.
+Writes a copy of generated/k3kernels/csrc/FAMILY/FAMILY.cuh in which block 0's thread 0 records
+clock64() at kernel entry, after the PDL wait, after each barrier and each pick of the select, and
+at the end (K3_PROBE, defined by select_times.cu): where a decode-size call's time goes.
 Usage: python3 bench/route_probe/make_probe.py OUT.cuh [FAMILY [CSRC]]: FAMILY route_topk by default
 (route_topk_unsorted too), CSRC the generated csrc tree (another tree's for a before/after).
 """
@@ -20,7 +20,6 @@ def instrument(src: str, source: Path) -> str:
     body = src[start:end]
     body = body.replace("  const int t = threadIdx.x;\n", "  const int t = threadIdx.x;\n  int k3_probe_n = 2;\n", 1)
     body = body.replace("__syncthreads();", "__syncthreads(); K3_PROBE();")
-    body = body.replace("  bits = warp_fold(bits);\n", "  K3_PROBE();\n  bits = warp_fold(bits);\n", 1)
     body = body.replace("pick_digit(hist, k_left);", "pick_digit(hist, k_left); K3_PROBE();")
     src = src[:start] + body + "\n  K3_PROBE();" + src[end:]
     abi = f"{source.stem}_abi.h"
