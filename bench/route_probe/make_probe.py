@@ -15,16 +15,16 @@ CSRC = ROOT / "generated" / "k3kernels" / "csrc"
 
 
 def instrument(src: str, source: Path) -> str:
-    start = src.index("K3_DEVICE void route_row(")
-    end = src.index("\n}\n", start)
+    # The block select: RouteShared through route_row (the helpers route_row calls lie between).
+    start = src.index("struct RouteShared {")
+    end = src.index("\n}\n", src.index("K3_DEVICE void route_row("))
     body = src[start:end]
-    body = body.replace("  const int t = threadIdx.x;\n", "  const int t = threadIdx.x;\n  int k3_probe_n = 2;\n", 1)
     body = body.replace("__syncthreads();", "__syncthreads(); K3_PROBE();")
     body = body.replace("pick_digit(hist, k_left);", "pick_digit(hist, k_left); K3_PROBE();")
     src = src[:start] + body + "\n  K3_PROBE();" + src[end:]
     abi = f"{source.stem}_abi.h"
     src = src.replace(f'#include "{abi}"', f'#include "{source.parent.resolve() / abi}"')
-    return src.replace("  k3::pdl_wait();\n", "  K3_PROBE_AT(0);\n  k3::pdl_wait();\n  K3_PROBE_AT(1);\n", 1)
+    return src.replace("  k3::pdl_wait();\n", "  K3_PROBE_AT(0);\n  k3::pdl_wait();\n  K3_PROBE_START(1);\n", 1)
 
 
 if __name__ == "__main__":

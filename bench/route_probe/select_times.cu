@@ -13,12 +13,18 @@
 #include <vector>
 
 #ifdef K3_PROBE_ON
+// Written by block 0's thread 0 alone: the clocks, and the next clock's index (the probes lie in
+// route_row and the helpers it calls, so the index is a global, not a local of one of them).
 __device__ long long k3_probe[32];
-#define K3_PROBE_AT(i) do { if (threadIdx.x == 0 && blockIdx.x == 0) k3_probe[i] = clock64(); } while (0)
-#define K3_PROBE() do { if (threadIdx.x == 0 && blockIdx.x == 0 && k3_probe_n < 32) k3_probe[k3_probe_n] = clock64(); ++k3_probe_n; } while (0)
+__device__ int k3_probe_n;
+#define K3_PROBE_ME (threadIdx.x == 0 && blockIdx.x == 0)
+#define K3_PROBE_AT(i) do { if (K3_PROBE_ME) k3_probe[i] = clock64(); } while (0)
+#define K3_PROBE_START(i) do { if (K3_PROBE_ME) { k3_probe[i] = clock64(); k3_probe_n = i + 1; } } while (0)
+#define K3_PROBE() do { if (K3_PROBE_ME && k3_probe_n < 32) k3_probe[k3_probe_n++] = clock64(); } while (0)
 #else
 #define K3_PROBE_AT(i) do { } while (0)
-#define K3_PROBE() do { (void)k3_probe_n; } while (0)
+#define K3_PROBE_START(i) do { } while (0)
+#define K3_PROBE() do { } while (0)
 #endif
 #include "route_topk_probe.cuh"
 #include "route_topk_unsorted_probe.cuh"
