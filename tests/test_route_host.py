@@ -17,6 +17,7 @@ generated GPU tests on the H200 remain the kernels' test; this one pins their lo
 
 from __future__ import annotations
 
+import array
 import importlib.util
 import re
 import shutil
@@ -113,9 +114,8 @@ def test_every_router_matches_its_oracle_on_the_host(tmp_path, family, backend):
     exe = compile_host(tmp_path, family, backend, "rows.cpp")
     e, k, m = constant(family, "num_experts"), constant(family, "top_k"), 48
     scores, bias = router_rows(m, e)
-    (tmp_path / "in.bin").write_bytes(
-        torch.tensor([m], dtype=torch.int64).numpy().tobytes() + scores.numpy().tobytes() + bias.numpy().tobytes()
-    )
+    floats = array.array("f", scores.flatten().tolist() + bias.tolist())  # rows.cpp reads M, the scores, the bias
+    (tmp_path / "in.bin").write_bytes(array.array("q", [m]).tobytes() + floats.tobytes())
     path = ROOT / "generated" / "tests" / f"test_{family}.py"  # the spec as the oracle needs it: SPEC, ROUTING
     generated = importlib.util.module_from_spec(importlib.util.spec_from_file_location(f"host_{family}", path))
     generated.__spec__.loader.exec_module(generated)
@@ -125,8 +125,8 @@ def test_every_router_matches_its_oracle_on_the_host(tmp_path, family, backend):
     for strategy in (1, 2, 3, 4):  # block, warp, warp rounds, thread
         for threads in (128, 256):
             out = tmp_path / "out.bin"
-            run = subprocess.run([str(exe), str(tmp_path / "in.bin"), str(out), str(strategy), str(threads)],
-                                 capture_output=True, text=True, timeout=300)  # fmt: skip
+            args = [str(exe), str(tmp_path / "in.bin"), str(out), str(strategy), str(threads)]
+            run = subprocess.run(args, capture_output=True, text=True, timeout=300)
             if run.returncode == 2:  # a strategy this family cannot take
                 continue
             assert run.returncode == 0, run.stdout + run.stderr
