@@ -11,6 +11,8 @@ reaches, or lanes that reach different ones, stop the run.
 - Every router of the template (rows.cpp): each strategy the family can take, against its oracle
   (k3gen.oracles.route_topk, every routing axis: softmax, groups, scoring after the top-K): the same
   experts, weights within a few ulp (the host's expf against torch's).
+- route_quant_fused (fused.cpp): its whole kernel, routing and quant blocks, every tunable config,
+  against its oracle; fp8 codes and scales exactly.
 The GPU's arithmetic and memory model are not emulated (one OS thread runs the fibers in turn): the
 generated GPU tests on the H200 remain the kernels' test; this one pins their logic where no GPU is.
 """
@@ -26,6 +28,7 @@ import subprocess
 import pytest
 import torch
 
+from k3gen.oracles import route_quant_fused as fused_oracle
 from k3gen.oracles import route_topk as oracle
 
 from support import ROOT
@@ -138,3 +141,75 @@ def test_every_router_matches_its_oracle_on_the_host(tmp_path, family, backend):
             assert ((apart <= 4) | (w.isnan() & want_w.isnan())).all(), f"strategy {strategy}: weights apart"
             ran.append(strategy)
     assert 2 in ran and 3 in ran  # every router takes the warp strategies
+
+
+def fused_region() -> str:
+    """route_quant_fused's device code and kernel, after its constants (its abi.h's constexprs)."""
+    family = "route_quant_fused"
+    abi = (CSRC / family / f"{family}_abi.h").read_text()
+    constants = "\n".join(line for line in abi.splitlines() if line.startswith("constexpr "))
+    src = (CSRC / family / f"{family}.cuh").read_text()
+    start = src.index("// --- routing of one token")
+    end = src.rindex("\ntemplate <", 0, src.index("k3_error_t launch("))
+    assert src.count(RCP) == 1
+    return constants + "\n" + src[start:end].replace(RCP, "r = 1.0f / d;")
+
+
+def fused_configs() -> list[str]:
+    """The kernel's knob values after <T_score, T_act, FAST_MATH, VEC>: each tunable candidate."""
+    src = (CSRC / "route_quant_fused" / "route_quant_fused.cuh").read_text()
+    params = re.search(r"template <([^>]*)>\n__global__", src).group(1)
+    knobs = [p.split()[-1] for p in params.split(",")][4:]
+    values = {"strategy": [1, 2], "block_threads": [256, 512], "quant_rows": [1, 4]}
+    configs = [[]]
+    for knob in knobs:
+        configs = [c + [v] for c in configs for v in values[knob]]
+    return [", ".join(map(str, c)) for c in configs]
+
+
+@needs_gxx
+@pytest.mark.parametrize("backend", ["cuda", "hip"])
+def test_route_quant_fused_matches_its_oracle_on_the_host(tmp_path, backend):
+    """Its routing blocks and its quant blocks (however many rows each takes), every tunable config."""
+    family = "route_quant_fused"
+    e, k, h, g = (constant(family, n) for n in ("num_experts", "top_k", "hidden", "group_size"))
+    words = (h // g + 3) // 4
+    configs = fused_configs()
+    (tmp_path / "region.inc").write_text(fused_region())
+    exe = tmp_path / "fused"
+    flags = [f"-DK3_{backend.upper()}=1", f"-DK3_HOST_E={e}", f"-DK3_HOST_K={k}", f"-DK3_HOST_H={h}"]
+    flags += [f"-DK3_HOST_WORDS={words}", '-DK3_REGION="region.inc"']
+    flags.append("-DK3_HOST_CONFIGS=" + " ".join(f"CONFIG({c})" for c in configs))
+    cmd = ["g++", "-std=c++20", "-O2", *flags, f"-I{HOST}", f"-I{tmp_path}", str(HOST / "fused.cpp"), "-o", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    m = 37  # quant blocks with spare slots, whatever their rows
+    scores, bias = router_rows(m, e)
+    x = torch.randn(m, h, generator=torch.Generator().manual_seed(h)) * torch.logspace(-3, 3, m).unsqueeze(1)
+    x[0] = 0.0  # every group's amax below eps
+    x[2, ::17] = float("nan")
+    floats = array.array("f", scores.flatten().tolist() + bias.tolist() + x.flatten().tolist())
+    (tmp_path / "in.bin").write_bytes(array.array("q", [m]).tobytes() + floats.tobytes())
+    path = ROOT / "generated" / "tests" / f"test_{family}.py"
+    generated = importlib.util.module_from_spec(importlib.util.spec_from_file_location(f"host_{family}", path))
+    generated.__spec__.loader.exec_module(generated)
+    variant = {**generated.SPEC, **generated.ROUTING[backend], "score": "fp32", "act": "fp32"}
+    want_w, want_ids, want_q, want_scale = fused_oracle.reference(variant, scores, bias, x, topk=k)
+    for i, config in enumerate(configs):
+        out = tmp_path / "out.bin"
+        run = subprocess.run([str(exe), str(tmp_path / "in.bin"), str(out), str(i)], capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout + run.stderr
+        raw = bytearray(out.read_bytes())
+        sizes = [m * k * 4, m * k * 4, m * h, m * words * 4]
+        parts, at = [], 0
+        for size in sizes:
+            parts.append(raw[at : at + size])
+            at += size
+        w = torch.frombuffer(parts[0], dtype=torch.float32).view(m, k)
+        ids = torch.frombuffer(parts[1], dtype=torch.int32).view(m, k)
+        q = torch.frombuffer(parts[2], dtype=torch.uint8).view(m, h)
+        scale = torch.frombuffer(parts[3], dtype=torch.int32).view(m, words)
+        assert torch.equal(ids, want_ids), f"config <{config}>: other experts"
+        apart = (w.view(torch.int32).long() - want_w.view(torch.int32).long()).abs()
+        assert (apart <= 4).all(), f"config <{config}>: weights apart"
+        assert torch.equal(q, want_q.view(torch.uint8)), f"config <{config}>: fp8 codes differ"
+        assert torch.equal(scale, want_scale), f"config <{config}>: scales differ"

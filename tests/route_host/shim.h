@@ -34,6 +34,8 @@
 #define __shared__ static
 #define __restrict__ __restrict
 #define __forceinline__ inline
+#define __global__
+#define __launch_bounds__(...)
 
 using std::max;
 using std::min;
@@ -44,6 +46,7 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 inline Dim3 threadIdx;  // the running fiber's
+inline Dim3 blockIdx;   // the block run_block runs (its caller sets it)
 
 namespace host {
 constexpr int W = K3_WARP_SIZE;
@@ -270,4 +273,30 @@ inline uint32_t warp_inclusive_scan(uint32_t v) {
 inline void histogram_add(uint32_t* hist, uint32_t digit, bool active) {
   if (active) atomicAdd(&hist[digit], 1u);
 }
+inline void pdl_wait() {}
+inline void pdl_launch_dependents() {}
+template <typename T, int N>
+struct Vec {
+  T v[N];
+};
+template <typename T, int N>
+Vec<T, N> load(const T* p) {
+  Vec<T, N> out;
+  std::memcpy(out.v, p, sizeof(out.v));
+  return out;
+}
+template <typename T, int N>
+void store(T* p, const Vec<T, N>& v) {
+  std::memcpy(p, v.v, sizeof(v.v));
+}
+// fp8 e4m3fn of x (|x| <= 448 after the callers' clamp), round to nearest even, saturating.
+inline uint8_t fp8_e4m3(float x) {
+  const uint32_t sign = (__float_as_uint(x) >> 24) & 0x80u;
+  const float ax = std::fmin(std::fabs(x), 448.0f);
+  if (ax < 0.015625f) return uint8_t(sign | uint32_t(std::nearbyint(ax * 512.0f)));  // subnormals: steps of 2^-9
+  uint32_t u = __float_as_uint(ax);
+  u += 0x7ffffu + ((u >> 20) & 1u);
+  return uint8_t(sign | ((((u >> 23) - 120u) << 3) | ((u >> 20) & 7u)));
+}
+inline uint16_t fp8x2_e4m3(float a, float b) { return uint16_t(fp8_e4m3(a) | (fp8_e4m3(b) << 8)); }
 }  // namespace k3
