@@ -1,8 +1,9 @@
-// The CUDA and HIP device API the route template's block and warp strategies use, on the host: each
-// GPU thread of one block is a fiber (ucontext) of one OS thread, and every collective (barrier,
-// vote, shuffle, redux) waits until all the threads it spans arrive. So the generated device code
-// runs unchanged on a CPU (tests/test_route_host.py), its collectives checked: a lane that skips one
-// its warp reaches (divergence) or two lanes that reach different ones stop the run with a message.
+// The CUDA and HIP device API (and k3's backend helpers) that the route template's strategies and
+// route_quant_fused's kernel use, on the host: each GPU thread of one block is a fiber (ucontext) of
+// one OS thread, and every collective (barrier, vote, shuffle, redux) waits until all the threads it
+// spans arrive. So the generated device code runs unchanged on a CPU (tests/test_route_host.py), its
+// collectives checked: a lane that skips one its warp reaches (divergence) or two lanes that reach
+// different ones stop the run with a message.
 // Shared memory is a function's static: it keeps the previous block's bytes, where a GPU's start
 // undefined, so a read before any write may pass here. Compile with -DK3_CUDA=1 (32-lane warps) or
 // -DK3_HIP=1 (64-lane waves).
