@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import array
 import importlib.util
+import itertools
+import math
 import re
 import shutil
 import subprocess
 
 import pytest
 import torch
+import yaml
 
 from k3gen.oracles import route_quant_fused as fused_oracle
 from k3gen.oracles import route_topk as oracle
@@ -49,15 +52,37 @@ RCP = 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));'
 LINE = re.compile(r"strategy=(\d+) threads=(\d+) rows=(\d+) mismatches=(\d+)")
 
 
-def device_region(family: str) -> str:
-    """The family's device code: the route template's fragment, up to the kernel. CUDA's reciprocal
+def cut(src: str, start: str, end: str) -> str:
+    """From the line holding `start` up to the line holding `end`, which is left out."""
+    a = src.rindex("\n", 0, src.index(start)) + 1
+    return src[a : src.rindex("\n", 0, src.index(end, a)) + 1]
+
+
+def backend_helpers() -> str:
+    """The generated k3_backend.h's own helpers that the host can run (shim.h includes them): vectors,
+    to_float, lane exchange over the shim's intrinsics, HIP's software fp8 conversion (the host's for
+    both backends), the histogram and PDL (no-ops off the GPU)."""
+    src = (CSRC / "k3_backend.h").read_text()
+    parts = [
+        cut(src, "// N elements of T", "template <typename T> K3_DEVICE T from_float(float x);"),
+        "template <> K3_DEVICE float to_float<float>(float x) { return x; }\n",
+        cut(src, "K3_DEVICE uint8_t fp8_e4m3(float x)", "#endif"),
+        cut(src, "// Lane exchange within a warp", "// Inclusive prefix sum across a warp"),
+        cut(src, "// hist[digit] += 1", "// Launch on `stream`"),
+    ]
+    return "namespace k3 {\n" + "".join(parts) + "}  // namespace k3\n"
+
+
+def device_region(family: str, until: str = "__global__") -> str:
+    """The family's device code: its constants (abi.h's constexprs), then the route template's
+    fragment up to `until` (the kernel, or route_quant_fused's launch). CUDA's reciprocal
     approximation becomes the division it and its Newton step round to (the kernel's own claim)."""
+    abi = (CSRC / family / f"{family}_abi.h").read_text()
+    constants = "".join(line + "\n" for line in abi.splitlines() if line.startswith("constexpr "))
     src = (CSRC / family / f"{family}.cuh").read_text()
-    start = src.index("// --- routing of one token")
-    end = src.rindex("\ntemplate <", 0, src.index("__global__"))
-    region = src[start:end]
+    region = src[src.index("// --- routing of one token") : src.rindex("\ntemplate <", 0, src.index(until))]
     assert region.count(RCP) == 1
-    return region.replace(RCP, "r = 1.0f / d;")
+    return constants + region.replace(RCP, "r = 1.0f / d;")
 
 
 def routers() -> list[str]:
@@ -66,8 +91,15 @@ def routers() -> list[str]:
     return [t.stem[len("test_") :] for t in tests if "import k3gen.oracles.route_topk as oracle" in t.read_text()]
 
 
-def compile_host(tmp_path, family: str, backend: str, source: str, *defines: str):
-    (tmp_path / "region.inc").write_text(device_region(family))
+def constant(family: str, name: str) -> int:
+    abi = (CSRC / family / f"{family}_abi.h").read_text()
+    return int(re.search(rf"constexpr int {name} = (\d+);", abi).group(1))
+
+
+def compile_host(tmp_path, family: str, backend: str, source: str, region: str, *defines: str):
+    """tests/route_host/`source` built for `backend` around `region` (K3_REGION) and the backend's helpers."""
+    (tmp_path / "region.inc").write_text(region)
+    (tmp_path / "backend.inc").write_text(backend_helpers())
     exe = tmp_path / source.removesuffix(".cpp")
     flags = [
         f"-DK3_{backend.upper()}=1",
@@ -81,9 +113,33 @@ def compile_host(tmp_path, family: str, backend: str, source: str, *defines: str
     return exe
 
 
-def constant(family: str, name: str) -> int:
-    abi = (CSRC / family / f"{family}_abi.h").read_text()
-    return int(re.search(rf"constexpr int {name} = (\d+);", abi).group(1))
+def oracle_variant(family: str, backend: str) -> dict:
+    """The spec as the oracle needs it, for `backend`: SPEC and ROUTING of the family's generated tests."""
+    path = ROOT / "generated" / "tests" / f"test_{family}.py"
+    generated = importlib.util.module_from_spec(importlib.util.spec_from_file_location(f"host_{family}", path))
+    generated.__spec__.loader.exec_module(generated)
+    return {**generated.SPEC, **generated.ROUTING[backend]}
+
+
+def write_inputs(path, m: int, *tensors: torch.Tensor) -> None:
+    """M (int64), then each tensor's fp32 values: what rows.cpp and fused.cpp read."""
+    floats = array.array("f", [v for t in tensors for v in t.flatten().tolist()])
+    path.write_bytes(array.array("q", [m]).tobytes() + floats.tobytes())
+
+
+def read_outputs(path, *layout: tuple[torch.dtype, tuple[int, ...]]) -> list[torch.Tensor]:
+    """The tensors a driver wrote one after another, each (dtype, shape)."""
+    raw, at, out = bytearray(path.read_bytes()), 0, []
+    for dtype, shape in layout:
+        size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        out.append(torch.frombuffer(raw[at : at + size], dtype=dtype).view(shape))
+        at += size
+    assert at == len(raw)
+    return out
+
+
+def ulps_apart(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a.view(torch.int32).long() - b.view(torch.int32).long()).abs()
 
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C++20)")
@@ -92,7 +148,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (C
 @needs_gxx
 @pytest.mark.parametrize(("family", "backend"), CASES)
 def test_route_strategies_on_the_host(tmp_path, family, backend):
-    exe = compile_host(tmp_path, family, backend, "driver.cpp", f"-DK3_HOST_ROWS={ROWS}")
+    exe = compile_host(tmp_path, family, backend, "driver.cpp", device_region(family), f"-DK3_HOST_ROWS={ROWS}")
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     results = LINE.findall(run.stdout)
@@ -114,16 +170,13 @@ def router_rows(m: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("backend", ["cuda", "hip"])
 @pytest.mark.parametrize("family", routers())
 def test_every_router_matches_its_oracle_on_the_host(tmp_path, family, backend):
-    exe = compile_host(tmp_path, family, backend, "rows.cpp")
+    exe = compile_host(tmp_path, family, backend, "rows.cpp", device_region(family))
     e, k, m = constant(family, "num_experts"), constant(family, "top_k"), 48
     scores, bias = router_rows(m, e)
-    floats = array.array("f", scores.flatten().tolist() + bias.tolist())  # rows.cpp reads M, the scores, the bias
-    (tmp_path / "in.bin").write_bytes(array.array("q", [m]).tobytes() + floats.tobytes())
-    path = ROOT / "generated" / "tests" / f"test_{family}.py"  # the spec as the oracle needs it: SPEC, ROUTING
-    generated = importlib.util.module_from_spec(importlib.util.spec_from_file_location(f"host_{family}", path))
-    generated.__spec__.loader.exec_module(generated)
-    variant = {**generated.SPEC, **generated.ROUTING[backend]}
-    want_w, want_ids = oracle.reference(variant, scores, bias, topk=k, renormalize=1, routed_scaling_factor=1.0)
+    write_inputs(tmp_path / "in.bin", m, scores, bias)
+    want_w, want_ids = oracle.reference(
+        oracle_variant(family, backend), scores, bias, topk=k, renormalize=1, routed_scaling_factor=1.0
+    )
     ran = []
     for strategy in (1, 2, 3, 4):  # block, warp, warp rounds, thread
         for threads in (128, 256):
@@ -133,38 +186,23 @@ def test_every_router_matches_its_oracle_on_the_host(tmp_path, family, backend):
             if run.returncode == 2:  # a strategy this family cannot take
                 continue
             assert run.returncode == 0, run.stdout + run.stderr
-            raw = out.read_bytes()
-            w = torch.frombuffer(bytearray(raw[: m * k * 4]), dtype=torch.float32).view(m, k)
-            ids = torch.frombuffer(bytearray(raw[m * k * 4 :]), dtype=torch.int32).view(m, k)
+            w, ids = read_outputs(out, (torch.float32, (m, k)), (torch.int32, (m, k)))
             assert torch.equal(ids, want_ids), f"strategy {strategy}, {threads} threads: other experts"
-            apart = (w.view(torch.int32).long() - want_w.view(torch.int32).long()).abs()
+            apart = ulps_apart(w, want_w)
             assert ((apart <= 4) | (w.isnan() & want_w.isnan())).all(), f"strategy {strategy}: weights apart"
             ran.append(strategy)
     assert 2 in ran and 3 in ran  # every router takes the warp strategies
 
 
-def fused_region() -> str:
-    """route_quant_fused's device code and kernel, after its constants (its abi.h's constexprs)."""
-    family = "route_quant_fused"
-    abi = (CSRC / family / f"{family}_abi.h").read_text()
-    constants = "\n".join(line for line in abi.splitlines() if line.startswith("constexpr "))
-    src = (CSRC / family / f"{family}.cuh").read_text()
-    start = src.index("// --- routing of one token")
-    end = src.rindex("\ntemplate <", 0, src.index("k3_error_t launch("))
-    assert src.count(RCP) == 1
-    return constants + "\n" + src[start:end].replace(RCP, "r = 1.0f / d;")
-
-
 def fused_configs() -> list[str]:
-    """The kernel's knob values after <T_score, T_act, FAST_MATH, VEC>: each tunable candidate."""
+    """route_quant_fused's tunable configs (its spec's tuning.knobs), as the kernel's template arguments
+    after <T_score, T_act, FAST_MATH, VEC>."""
     src = (CSRC / "route_quant_fused" / "route_quant_fused.cuh").read_text()
     params = re.search(r"template <([^>]*)>\n__global__", src).group(1)
-    knobs = [p.split()[-1] for p in params.split(",")][4:]
-    values = {"strategy": [1, 2], "block_threads": [256, 512], "quant_rows": [1, 4]}
-    configs = [[]]
-    for knob in knobs:
-        configs = [c + [v] for c in configs for v in values[knob]]
-    return [", ".join(map(str, c)) for c in configs]
+    knobs = yaml.safe_load((ROOT / "specs" / "route_quant_fused.yaml").read_text())["tuning"]["knobs"]
+    names = [p.split()[-1] for p in params.split(",")][4:]
+    assert set(names) == set(knobs)  # every template argument after VEC is a knob
+    return [", ".join(map(str, c)) for c in itertools.product(*(sorted(knobs[n]) for n in names))]
 
 
 @needs_gxx
@@ -175,41 +213,24 @@ def test_route_quant_fused_matches_its_oracle_on_the_host(tmp_path, backend):
     e, k, h, g = (constant(family, n) for n in ("num_experts", "top_k", "hidden", "group_size"))
     words = (h // g + 3) // 4
     configs = fused_configs()
-    (tmp_path / "region.inc").write_text(fused_region())
-    exe = tmp_path / "fused"
-    flags = [f"-DK3_{backend.upper()}=1", f"-DK3_HOST_E={e}", f"-DK3_HOST_K={k}", f"-DK3_HOST_H={h}"]
-    flags += [f"-DK3_HOST_WORDS={words}", '-DK3_REGION="region.inc"']
-    flags.append("-DK3_HOST_CONFIGS=" + " ".join(f"CONFIG({c})" for c in configs))
-    cmd = ["g++", "-std=c++20", "-O2", *flags, f"-I{HOST}", f"-I{tmp_path}", str(HOST / "fused.cpp"), "-o", str(exe)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    defines = [f"-DK3_HOST_H={h}", f"-DK3_HOST_WORDS={words}"]
+    defines.append("-DK3_HOST_CONFIGS=" + " ".join(f"CONFIG({c})" for c in configs))
+    exe = compile_host(tmp_path, family, backend, "fused.cpp", device_region(family, "k3_error_t launch("), *defines)
     m = 37  # quant blocks with spare slots, whatever their rows
     scores, bias = router_rows(m, e)
     x = torch.randn(m, h, generator=torch.Generator().manual_seed(h)) * torch.logspace(-3, 3, m).unsqueeze(1)
     x[0] = 0.0  # every group's amax below eps
     x[2, ::17] = float("nan")
-    floats = array.array("f", scores.flatten().tolist() + bias.tolist() + x.flatten().tolist())
-    (tmp_path / "in.bin").write_bytes(array.array("q", [m]).tobytes() + floats.tobytes())
-    path = ROOT / "generated" / "tests" / f"test_{family}.py"
-    generated = importlib.util.module_from_spec(importlib.util.spec_from_file_location(f"host_{family}", path))
-    generated.__spec__.loader.exec_module(generated)
-    variant = {**generated.SPEC, **generated.ROUTING[backend], "score": "fp32", "act": "fp32"}
+    write_inputs(tmp_path / "in.bin", m, scores, bias, x)
+    variant = {**oracle_variant(family, backend), "score": "fp32", "act": "fp32"}
     want_w, want_ids, want_q, want_scale = fused_oracle.reference(variant, scores, bias, x, topk=k)
     for i, config in enumerate(configs):
         out = tmp_path / "out.bin"
         run = subprocess.run([str(exe), str(tmp_path / "in.bin"), str(out), str(i)], capture_output=True, text=True)
         assert run.returncode == 0, run.stdout + run.stderr
-        raw = bytearray(out.read_bytes())
-        sizes = [m * k * 4, m * k * 4, m * h, m * words * 4]
-        parts, at = [], 0
-        for size in sizes:
-            parts.append(raw[at : at + size])
-            at += size
-        w = torch.frombuffer(parts[0], dtype=torch.float32).view(m, k)
-        ids = torch.frombuffer(parts[1], dtype=torch.int32).view(m, k)
-        q = torch.frombuffer(parts[2], dtype=torch.uint8).view(m, h)
-        scale = torch.frombuffer(parts[3], dtype=torch.int32).view(m, words)
+        layout = [(torch.float32, (m, k)), (torch.int32, (m, k)), (torch.uint8, (m, h)), (torch.int32, (m, words))]
+        w, ids, q, scale = read_outputs(out, *layout)
         assert torch.equal(ids, want_ids), f"config <{config}>: other experts"
-        apart = (w.view(torch.int32).long() - want_w.view(torch.int32).long()).abs()
-        assert (apart <= 4).all(), f"config <{config}>: weights apart"
+        assert (ulps_apart(w, want_w) <= 4).all(), f"config <{config}>: weights apart"
         assert torch.equal(q, want_q.view(torch.uint8)), f"config <{config}>: fp8 codes differ"
         assert torch.equal(scale, want_scale), f"config <{config}>: scales differ"

@@ -6,7 +6,7 @@
 // different ones stop the run with a message.
 // Shared memory is a function's static: it keeps the previous block's bytes, where a GPU's start
 // undefined, so a read before any write may pass here. Compile with -DK3_CUDA=1 (32-lane warps) or
-// -DK3_HIP=1 (64-lane waves).
+// -DK3_HIP=1 (64-lane waves), and an include path holding backend.inc (see its #include below).
 #pragma once
 #include <ucontext.h>
 
@@ -108,6 +108,26 @@ std::array<T, W> exchange(T v, const char* what) {
   return all;
 }
 
+// Every shuffle and vote: lane `src` of the warp's values, src from this lane's (one exchange).
+enum class From { lane, xor_lane, lane_below, lane_above };
+template <typename T>
+T shuffle(T v, From from, int d, const char* what) {
+  const auto all = exchange(v, what);
+  const int lane = current % W;
+  switch (from) {
+    case From::lane: return all[d % W];
+    case From::xor_lane: return all[lane ^ d];
+    case From::lane_below: return lane >= d ? all[lane - d] : v;
+    default: return lane + d < W ? all[lane + d] : v;
+  }
+}
+inline uint64_t vote(bool pred) {
+  const auto all = exchange(pred, "ballot");
+  uint64_t bits = 0;
+  for (int l = 0; l < W; ++l) bits |= uint64_t(all[l]) << l;
+  return bits;
+}
+
 inline void trampoline() {
   body();
   fibers[current].done = true;
@@ -180,10 +200,7 @@ T __ldg(const T* p) {
 #if K3_CUDA
 inline uint32_t __ballot_sync(uint32_t mask, bool pred) {
   if (mask != 0xffffffffu) host::fail("a partial mask");
-  uint32_t bits = 0;
-  const auto all = host::exchange(pred, "ballot");
-  for (int l = 0; l < 32; ++l) bits |= uint32_t(all[l]) << l;
-  return bits;
+  return uint32_t(host::vote(pred));
 }
 inline uint32_t __reduce_max_sync(uint32_t, uint32_t v) {
   const auto all = host::exchange(v, "redux.max");
@@ -195,109 +212,49 @@ inline uint32_t __reduce_min_sync(uint32_t, uint32_t v) {
 }
 template <typename T>
 T __shfl_sync(uint32_t, T v, int src) {
-  return host::exchange(v, "shfl")[src % 32];
+  return host::shuffle(v, host::From::lane, src, "shfl");
 }
 template <typename T>
 T __shfl_xor_sync(uint32_t, T v, int mask) {
-  return host::exchange(v, "shfl.bfly")[(threadIdx.x % 32) ^ mask];
+  return host::shuffle(v, host::From::xor_lane, mask, "shfl.bfly");
 }
 template <typename T>
 T __shfl_up_sync(uint32_t, T v, unsigned d) {
-  const auto all = host::exchange(v, "shfl.up");
-  const int lane = threadIdx.x % 32;
-  return lane >= int(d) ? all[lane - d] : v;
+  return host::shuffle(v, host::From::lane_below, int(d), "shfl.up");
 }
 template <typename T>
 T __shfl_down_sync(uint32_t, T v, unsigned d) {
-  const auto all = host::exchange(v, "shfl.down");
-  const int lane = threadIdx.x % 32;
-  return lane + int(d) < 32 ? all[lane + d] : v;
+  return host::shuffle(v, host::From::lane_above, int(d), "shfl.down");
 }
 inline void __syncwarp() { host::exchange(0, "syncwarp"); }
 #else
-inline unsigned long long __ballot(bool pred) {
-  unsigned long long bits = 0;
-  const auto all = host::exchange(pred, "ballot");
-  for (int l = 0; l < 64; ++l) bits |= (unsigned long long)(all[l]) << l;
-  return bits;
-}
+inline unsigned long long __ballot(bool pred) { return host::vote(pred); }
 template <typename T>
 T __shfl(T v, int src) {
-  return host::exchange(v, "shfl")[src % 64];
+  return host::shuffle(v, host::From::lane, src, "shfl");
 }
 template <typename T>
 T __shfl_xor(T v, int mask) {
-  return host::exchange(v, "shfl.bfly")[(threadIdx.x % 64) ^ mask];
+  return host::shuffle(v, host::From::xor_lane, mask, "shfl.bfly");
 }
 template <typename T>
 T __shfl_down(T v, unsigned d) {
-  const auto all = host::exchange(v, "shfl.down");
-  const int lane = threadIdx.x % 64;
-  return lane + int(d) < 64 ? all[lane + d] : v;
+  return host::shuffle(v, host::From::lane_above, int(d), "shfl.down");
 }
 #define __builtin_amdgcn_fence(order, scope) ((void)0)
 inline void __builtin_amdgcn_wave_barrier() { host::exchange(0, "wave_barrier"); }
 #endif
 
-// --- k3's backend helpers (templates/common/k3_backend.h.j2), by their contracts ---
 namespace k3 {
-template <typename T>
-float to_float(T x) {
-  return float(x);
-}
-template <typename T>
-T shfl(T v, int src) {
-  return host::exchange(v, "shfl")[src % host::W];
-}
-template <typename T>
-T shfl_xor(T v, int mask) {
-  return host::exchange(v, "shfl.bfly")[(threadIdx.x % host::W) ^ mask];
-}
-template <typename T>
-T shfl_down(T v, unsigned d) {
-  const auto all = host::exchange(v, "shfl.down");
-  const int lane = threadIdx.x % host::W;
-  return lane + int(d) < host::W ? all[lane + d] : v;
-}
-inline int first_lane(bool pred) {
-  const auto all = host::exchange(pred, "ballot");
-  for (int l = 0; l < host::W; ++l)
-    if (all[l]) return l;
-  return -1;
-}
+// The inclusive prefix sum by its contract: HIP's takes DPP row shifts, which are not emulated.
 inline uint32_t warp_inclusive_scan(uint32_t v) {
   const auto all = host::exchange(v, "scan");
   uint32_t sum = 0;
   for (int l = 0; l <= int(threadIdx.x % host::W); ++l) sum += all[l];
   return sum;
 }
-inline void histogram_add(uint32_t* hist, uint32_t digit, bool active) {
-  if (active) atomicAdd(&hist[digit], 1u);
-}
-inline void pdl_wait() {}
-inline void pdl_launch_dependents() {}
-template <typename T, int N>
-struct Vec {
-  T v[N];
-};
-template <typename T, int N>
-Vec<T, N> load(const T* p) {
-  Vec<T, N> out;
-  std::memcpy(out.v, p, sizeof(out.v));
-  return out;
-}
-template <typename T, int N>
-void store(T* p, const Vec<T, N>& v) {
-  std::memcpy(p, v.v, sizeof(v.v));
-}
-// fp8 e4m3fn of x (|x| <= 448 after the callers' clamp), round to nearest even, saturating.
-inline uint8_t fp8_e4m3(float x) {
-  const uint32_t sign = (__float_as_uint(x) >> 24) & 0x80u;
-  const float ax = std::fmin(std::fabs(x), 448.0f);
-  if (ax < 0.015625f) return uint8_t(sign | uint32_t(std::nearbyint(ax * 512.0f)));  // subnormals: steps of 2^-9
-  uint32_t u = __float_as_uint(ax);
-  u += 0x7ffffu + ((u >> 20) & 1u);
-  return uint8_t(sign | ((((u >> 23) - 120u) << 3) | ((u >> 20) & 7u)));
-}
-inline uint16_t fp8x2_e4m3(float a, float b) { return uint16_t(fp8_e4m3(a) | (fp8_e4m3(b) << 8)); }
 }  // namespace k3
+
+// k3's other helpers the kernels call: the generated k3_backend.h's own code (vectors, lane exchange,
+// the software fp8 conversion, histogram, PDL), cut out of it by tests/test_route_host.py.
+#include "backend.inc"
