@@ -224,12 +224,21 @@ def test_new_knobs_leave_the_table_stale_not_malformed(repo, capsys, edit):
     assert rc == 0 and "k3gen check: generated/ is up to date" in out, err
 
 
-def test_a_pick_of_no_candidate_config_is_malformed(repo, capsys):
-    """A row whose pick is no candidate of the knobs it measured was edited by hand: a located error."""
+@pytest.mark.parametrize("stale", [False, True], ids=["current", "stale"])
+def test_a_pick_of_no_candidate_config_is_malformed(repo, capsys, stale):
+    """A row whose pick is none of the configs it timed was edited by hand: a located error, in a
+    current table and in one the spec has since left stale (here: a bucket added)."""
+    if stale:
+        _edit(
+            repo,
+            "route_topk",
+            [("buckets: [1, 16, 128, 1024, 8192, 65536]", "buckets: [1, 16, 128, 512, 1024, 8192, 65536]")],
+        )
     table = repo / "specs/tuning/route_topk.h200.yaml"
     text = table.read_text()
     row = re.search(r'"config": \{[^}]*"block_threads": (\d+)', text)
     table.write_text(text[: row.start(1)] + "96" + text[row.end(1) :])
+    line = text[: row.start(1)].count("\n") + 1
     rc, _, err = _run(repo, capsys, "build")
     assert rc == 2
-    assert "specs/tuning/route_topk.h200.yaml:" in err and "is not a candidate of tuning.knobs" in err, err
+    assert f"specs/tuning/route_topk.h200.yaml:{line} (" in err and "is none of the 8 configs its row timed" in err, err

@@ -11,8 +11,8 @@ that hold the picks), its knobs, configs, buckets and test shape, and the varian
 params, flags, vector width). A variant with no entry, or whose identity is no longer the current
 one (the kernel, the knobs or their candidates, or the variant changed since), is *untuned*: it runs
 the spec's default config, and `k3gen build`, `k3gen check` and `k3gen diff` say so, one located line
-per family. What stays a located error is a table that is not a table: malformed, a pick that is no
-candidate of the very knobs its row measured (a hand edit), a variant the family does not generate,
+per family. What stays a located error is a table that is not a table: malformed, a pick that is none
+of the configs its row timed (a hand edit, in a stale entry too), a variant the family does not generate,
 a second table of one family, or a table of no family.
 """
 
@@ -234,19 +234,27 @@ def _read_table(located: LocatedData, rel: str, spec, base: Tuning, variant_name
             continue
         claims[name] = entry["identity"]
         rows = entry["rows"]
-        if not isinstance(rows, list) or len(rows) != len(base.buckets):
-            # rows of other buckets belong to another identity: stale, not malformed (settled says so)
+        if not isinstance(rows, list):
             picks[name] = [0] * len(base.buckets)
             continue
         chosen = []
         for i, row in enumerate(rows):
             config = row.get("config") if isinstance(row, dict) else None
             measured = row.get("all_us") if isinstance(row, dict) else None
-            if config not in base.configs and (
-                not same_knobs or (isinstance(measured, dict) and not set(measured) <= spec_configs)
-            ):
+            if isinstance(measured, dict) and measured and _config_key(config) not in measured:
+                # A hand edit, whatever the spec says now: so checked in stale rows too.
+                timed = "; ".join(ascii(k)[1:-1] for k in list(measured)[:8])
+                err(
+                    (*where, "rows", i, "config"),
+                    f"config {ascii(config)[:120]} is none of the {len(measured)} configs its row timed "
+                    f"(all_us: {timed[:400]}); picks are the tuner's: restore the row, or rerun `{cmd}`",
+                )
+                chosen.append(0)
+            elif config in base.configs:
+                chosen.append(base.configs.index(config))
+            elif not same_knobs or (isinstance(measured, dict) and not set(measured) <= spec_configs):
                 chosen.append(0)  # the identity names the configs too: settled() finds the entry stale
-            elif config not in base.configs:
+            else:
                 err(
                     (*where, "rows", i, "config"),
                     f"config {ascii(config)[:120]} is not a candidate of tuning.knobs "
@@ -254,10 +262,16 @@ def _read_table(located: LocatedData, rel: str, spec, base: Tuning, variant_name
                     f"rerun `{cmd}`",
                 )
                 chosen.append(0)
-            else:
-                chosen.append(base.configs.index(config))
-        picks[name] = chosen
+        # rows of other buckets belong to another identity: stale, not malformed (settled says so)
+        picks[name] = chosen if len(chosen) == len(base.buckets) else [0] * len(base.buckets)
     return picks, claims, device, errors
+
+
+def _config_key(config) -> str | None:
+    """A config as `k3gen tune` keys its row's timings (k3gen.tune.run), or None for no config."""
+    if not isinstance(config, dict) or not all(isinstance(k, str) for k in config):
+        return None
+    return json.dumps(config, sort_keys=True, default=repr)
 
 
 def check_tables(root: Path, families: dict[str, str]) -> list[SpecError]:
