@@ -243,7 +243,7 @@ def _read_table(located: LocatedData, rel: str, spec, base: Tuning, variant_name
             measured = row.get("all_us") if isinstance(row, dict) else None
             if isinstance(measured, dict) and measured and _config_key(config) not in measured:
                 # A hand edit, whatever the spec says now: so checked in stale rows too.
-                timed = "; ".join(ascii(k)[1:-1] for k in list(measured)[:8])
+                timed = "; ".join(ascii(k)[1:-1] if isinstance(k, str) else ascii(k) for k in list(measured)[:8])
                 err(
                     (*where, "rows", i, "config"),
                     f"config {ascii(config)[:120]} is none of the {len(measured)} configs its row timed "
