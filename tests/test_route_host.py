@@ -20,8 +20,7 @@ generated GPU tests on the H200 remain the kernels' test; this one pins their lo
 from __future__ import annotations
 
 import array
-import importlib.util
-import itertools
+import json
 import math
 import re
 import shutil
@@ -29,7 +28,6 @@ import subprocess
 
 import pytest
 import torch
-import yaml
 
 from k3gen.oracles import route_quant_fused as fused_oracle
 from k3gen.oracles import route_topk as oracle
@@ -113,12 +111,16 @@ def compile_host(tmp_path, family: str, backend: str, source: str, region: str, 
     return exe
 
 
+def tuning_data(family: str) -> dict:
+    """The family's generated/k3kernels/tuning/<family>.json: what `k3gen tune` reads too (its oracle's
+    spec and routing per backend, its candidate configs)."""
+    return json.loads((ROOT / "generated" / "k3kernels" / "tuning" / f"{family}.json").read_text())
+
+
 def oracle_variant(family: str, backend: str) -> dict:
-    """The spec as the oracle needs it, for `backend`: SPEC and ROUTING of the family's generated tests."""
-    path = ROOT / "generated" / "tests" / f"test_{family}.py"
-    generated = importlib.util.module_from_spec(importlib.util.spec_from_file_location(f"host_{family}", path))
-    generated.__spec__.loader.exec_module(generated)
-    return {**generated.SPEC, **generated.ROUTING[backend]}
+    """The spec as the oracle needs it, for `backend`, as `k3gen tune` builds it."""
+    data = tuning_data(family)
+    return {**data["oracle_spec"], **data["routing"][backend]}
 
 
 def write_inputs(path, m: int, *tensors: torch.Tensor) -> None:
@@ -195,14 +197,14 @@ def test_every_router_matches_its_oracle_on_the_host(tmp_path, family, backend):
 
 
 def fused_configs() -> list[str]:
-    """route_quant_fused's tunable configs (its spec's tuning.knobs), as the kernel's template arguments
-    after <T_score, T_act, FAST_MATH, VEC>."""
+    """route_quant_fused's tunable configs (its tuning data's candidates), as the kernel's template
+    arguments after <T_score, T_act, FAST_MATH, VEC>."""
     src = (CSRC / "route_quant_fused" / "route_quant_fused.cuh").read_text()
     params = re.search(r"template <([^>]*)>\n__global__", src).group(1)
-    knobs = yaml.safe_load((ROOT / "specs" / "route_quant_fused.yaml").read_text())["tuning"]["knobs"]
     names = [p.split()[-1] for p in params.split(",")][4:]
-    assert set(names) == set(knobs)  # every template argument after VEC is a knob
-    return [", ".join(map(str, c)) for c in itertools.product(*(sorted(knobs[n]) for n in names))]
+    configs = tuning_data("route_quant_fused")["configs"]
+    assert all(set(names) == set(c) for c in configs)  # every template argument after VEC is a knob
+    return [", ".join(str(c[n]) for n in names) for c in configs]
 
 
 @needs_gxx
@@ -226,7 +228,9 @@ def test_route_quant_fused_matches_its_oracle_on_the_host(tmp_path, backend):
     want_w, want_ids, want_q, want_scale = fused_oracle.reference(variant, scores, bias, x, topk=k)
     for i, config in enumerate(configs):
         out = tmp_path / "out.bin"
-        run = subprocess.run([str(exe), str(tmp_path / "in.bin"), str(out), str(i)], capture_output=True, text=True)
+        run = subprocess.run(
+            [str(exe), str(tmp_path / "in.bin"), str(out), str(i)], capture_output=True, text=True, timeout=300
+        )
         assert run.returncode == 0, run.stdout + run.stderr
         layout = [(torch.float32, (m, k)), (torch.int32, (m, k)), (torch.uint8, (m, h)), (torch.int32, (m, words))]
         w, ids, q, scale = read_outputs(out, *layout)
