@@ -824,15 +824,14 @@ K3_DEVICE void route_warp(WarpShared& ws, const T_score* __restrict__ scores, co
       my_weight = route_score(my_weight);
     }
   }
-  // Fully unrolled (K <= 64): every shuffle is issued before the adds and compares that wait on it.
   float sum = 0.0f;  // rank order, one fp32 add at a time, as the oracle adds
-#pragma unroll
+#pragma unroll 8
   for (int r = 0; r < K; ++r) sum += k3::shfl(my_weight, r);
   const float denom = renorm_denominator(sum, renormalize);
   int slot = lane;  // by rank; unsorted: in expert-id order
   if constexpr (!kSorted) {
     slot = 0;
-#pragma unroll
+#pragma unroll 8
     for (int r = 0; r < K; ++r) slot += k3::shfl(my_id, r) < my_id;
   }
   if (lane < K) {
