@@ -10,10 +10,12 @@ int route_deepseek_v4_flash__score_fp32__bias_fp32(const Args& a, k3_stream_t st
   if (!(a.topk == 6)) return k3::fail(err, err_len, "route_deepseek_v4_flash: gate `topk == top_k` failed");
   if (!((a.num_expert_group == 1) && (a.topk_group == 1))) return k3::fail(err, err_len, "route_deepseek_v4_flash: gate `num_expert_group == 1 and topk_group == 1` failed");
   if (!(a.M <= 2147483647)) return k3::fail(err, err_len, "route_deepseek_v4_flash: gate `M <= 2147483647` failed");
-  // Untuned (stale: specs/tuning/route_deepseek_v4_flash.h200.yaml): the spec's default config for every M.
-  static std::atomic<bool> said{false};
-  switch (k3::untuned_config(tuning, said, "route_deepseek_v4_flash",
-                             "route_deepseek_v4_flash__score_fp32__bias_fp32 is untuned (stale in specs/tuning/route_deepseek_v4_flash.h200.yaml); ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_deepseek_v4_flash`")) {
+  // Picks per bucket of M: specs/tuning/route_deepseek_v4_flash.h200.yaml.
+  static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
+  static constexpr int8_t bucket_config[] = {3, 3, 3, 0, 0, 1};
+  constexpr int buckets = 6;
+  switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_deepseek_v4_flash",
+                          "specs/tuning/route_deepseek_v4_flash.h200.yaml; ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_deepseek_v4_flash`")) {
     case 1:  // strategy=2, block_threads=256
       return k3::status(launch<float, float, false, 1, /*strategy=*/2, /*block_threads=*/256>(a, stream), err, err_len, "route_deepseek_v4_flash__score_fp32__bias_fp32");
     case 2:  // strategy=1, block_threads=128

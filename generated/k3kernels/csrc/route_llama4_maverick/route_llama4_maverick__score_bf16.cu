@@ -10,10 +10,12 @@ int route_llama4_maverick__score_bf16(const Args& a, k3_stream_t stream, char* e
   if (!(a.topk == 1)) return k3::fail(err, err_len, "route_llama4_maverick: gate `topk == top_k` failed");
   if (!((a.num_expert_group == 1) && (a.topk_group == 1))) return k3::fail(err, err_len, "route_llama4_maverick: gate `num_expert_group == 1 and topk_group == 1` failed");
   if (!(a.M <= 2147483647)) return k3::fail(err, err_len, "route_llama4_maverick: gate `M <= 2147483647` failed");
-  // Untuned (stale: specs/tuning/route_llama4_maverick.h200.yaml): the spec's default config for every M.
-  static std::atomic<bool> said{false};
-  switch (k3::untuned_config(tuning, said, "route_llama4_maverick",
-                             "route_llama4_maverick__score_bf16 is untuned (stale in specs/tuning/route_llama4_maverick.h200.yaml); ran the spec's default config (block_threads=128); tune with `k3gen tune --family route_llama4_maverick`")) {
+  // Picks per bucket of M: specs/tuning/route_llama4_maverick.h200.yaml.
+  static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
+  static constexpr int8_t bucket_config[] = {0, 0, 0, 1, 2, 1};
+  constexpr int buckets = 6;
+  switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_llama4_maverick",
+                          "specs/tuning/route_llama4_maverick.h200.yaml; ran the spec's default config (block_threads=128); tune with `k3gen tune --family route_llama4_maverick`")) {
     case 1:  // block_threads=256
       return k3::status(launch<__nv_bfloat16, false, 1, /*block_threads=*/256>(a, stream), err, err_len, "route_llama4_maverick__score_bf16");
     case 2:  // block_threads=512

@@ -10,10 +10,12 @@ int route_mixtral__score_bf16(const Args& a, k3_stream_t stream, char* err, size
   if (!(a.topk == 2)) return k3::fail(err, err_len, "route_mixtral: gate `topk == top_k` failed");
   if (!((a.num_expert_group == 1) && (a.topk_group == 1))) return k3::fail(err, err_len, "route_mixtral: gate `num_expert_group == 1 and topk_group == 1` failed");
   if (!(a.M <= 2147483647)) return k3::fail(err, err_len, "route_mixtral: gate `M <= 2147483647` failed");
-  // Untuned (stale: specs/tuning/route_mixtral.h200.yaml): the spec's default config for every M.
-  static std::atomic<bool> said{false};
-  switch (k3::untuned_config(tuning, said, "route_mixtral",
-                             "route_mixtral__score_bf16 is untuned (stale in specs/tuning/route_mixtral.h200.yaml); ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_mixtral`")) {
+  // Picks per bucket of M: specs/tuning/route_mixtral.h200.yaml.
+  static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
+  static constexpr int8_t bucket_config[] = {3, 3, 4, 3, 3, 3};
+  constexpr int buckets = 6;
+  switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_mixtral",
+                          "specs/tuning/route_mixtral.h200.yaml; ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_mixtral`")) {
     case 1:  // strategy=2, block_threads=256
       return k3::status(launch<k3_bf16, false, 1, /*strategy=*/2, /*block_threads=*/256>(a, stream), err, err_len, "route_mixtral__score_bf16");
     case 2:  // strategy=2, block_threads=512

@@ -11,10 +11,12 @@ int route_quant_fused__score_bf16__act_fp32(const Args& a, k3_stream_t stream, c
   if (!(a.M <= 1024)) return k3::fail(err, err_len, "route_quant_fused: gate `M <= max_tokens` failed");
   if (!((a.num_expert_group == 1) && (a.topk_group == 1))) return k3::fail(err, err_len, "route_quant_fused: gate `num_expert_group == 1 and topk_group == 1` failed");
   if (!((k3::floormod(a.x_stride0, vec) == 0) && (k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out_q), 16) == 0))) return k3::fail(err, err_len, "route_quant_fused: gate `x.stride0 % vec == 0 and x.ptr % 16 == 0 and out_q.ptr % 16 == 0` failed");
-  // Untuned (stale: specs/tuning/route_quant_fused.h200.yaml): the spec's default config for every M.
-  static std::atomic<bool> said{false};
-  switch (k3::untuned_config(tuning, said, "route_quant_fused",
-                             "route_quant_fused__score_bf16__act_fp32 is untuned (stale in specs/tuning/route_quant_fused.h200.yaml); ran the spec's default config (strategy=1, block_threads=256, quant_rows=1); tune with `k3gen tune --family route_quant_fused`")) {
+  // Picks per bucket of M: specs/tuning/route_quant_fused.h200.yaml.
+  static constexpr int64_t bucket_max[] = {1, 16, 128, 256, 1024};
+  static constexpr int8_t bucket_config[] = {3, 2, 2, 2, 5};
+  constexpr int buckets = 5;
+  switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_quant_fused",
+                          "specs/tuning/route_quant_fused.h200.yaml; ran the spec's default config (strategy=1, block_threads=256, quant_rows=1); tune with `k3gen tune --family route_quant_fused`")) {
     case 1:  // strategy=1, block_threads=256, quant_rows=4
       return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/1, /*block_threads=*/256, /*quant_rows=*/4>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
     case 2:  // strategy=1, block_threads=512, quant_rows=1

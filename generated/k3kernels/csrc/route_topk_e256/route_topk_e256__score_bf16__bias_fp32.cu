@@ -10,10 +10,12 @@ int route_topk_e256__score_bf16__bias_fp32(const Args& a, k3_stream_t stream, ch
   if (!(a.topk == 8)) return k3::fail(err, err_len, "route_topk_e256: gate `topk == top_k` failed");
   if (!(a.M <= 2147483647)) return k3::fail(err, err_len, "route_topk_e256: gate `M <= 2147483647` failed");
   if (!((a.num_expert_group == 1) && (a.topk_group == 1))) return k3::fail(err, err_len, "route_topk_e256: gate `num_expert_group == 1 and topk_group == 1` failed");
-  // Untuned (stale: specs/tuning/route_topk_e256.h200.yaml): the spec's default config for every M.
-  static std::atomic<bool> said{false};
-  switch (k3::untuned_config(tuning, said, "route_topk_e256",
-                             "route_topk_e256__score_bf16__bias_fp32 is untuned (stale in specs/tuning/route_topk_e256.h200.yaml); ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_e256`")) {
+  // Picks per bucket of M: specs/tuning/route_topk_e256.h200.yaml.
+  static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
+  static constexpr int8_t bucket_config[] = {0, 0, 0, 2, 2, 3};
+  constexpr int buckets = 6;
+  switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_topk_e256",
+                          "specs/tuning/route_topk_e256.h200.yaml; ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_e256`")) {
     case 1:  // strategy=1, block_threads=128
       return k3::status(launch<__nv_bfloat16, float, false, 1, /*strategy=*/1, /*block_threads=*/128>(a, stream), err, err_len, "route_topk_e256__score_bf16__bias_fp32");
     case 2:  // strategy=2, block_threads=256
