@@ -24,6 +24,7 @@ max_tokens = 1024
 hidden = 3584
 group_size = 32
 block_threads = 256
+quant_rows = 1
 fp8_max = 448.0
 eps = 1e-10
 

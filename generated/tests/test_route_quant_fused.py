@@ -26,6 +26,7 @@ SPEC = {
         "hidden": 3584,
         "group_size": 32,
         "block_threads": 256,
+        "quant_rows": 1,
         "fp8_max": 448.0,
         "eps": 1e-10,
     },

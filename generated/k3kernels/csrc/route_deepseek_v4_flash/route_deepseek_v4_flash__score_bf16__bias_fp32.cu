@@ -12,7 +12,7 @@ int route_deepseek_v4_flash__score_bf16__bias_fp32(const Args& a, k3_stream_t st
   if (!(a.M <= 2147483647)) return k3::fail(err, err_len, "route_deepseek_v4_flash: gate `M <= 2147483647` failed");
   // Picks per bucket of M: specs/tuning/route_deepseek_v4_flash.h200.yaml.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
-  static constexpr int8_t bucket_config[] = {3, 3, 3, 0, 1, 1};
+  static constexpr int8_t bucket_config[] = {3, 3, 3, 0, 0, 1};
   constexpr int buckets = 6;
   switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_deepseek_v4_flash",
                           "specs/tuning/route_deepseek_v4_flash.h200.yaml; ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_deepseek_v4_flash`")) {

@@ -12,7 +12,7 @@ int route_ernie45__score_fp32__bias_fp32(const Args& a, k3_stream_t stream, char
   if (!(a.M <= 2147483647)) return k3::fail(err, err_len, "route_ernie45: gate `M <= 2147483647` failed");
   // Picks per bucket of M: specs/tuning/route_ernie45.h200.yaml.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
-  static constexpr int8_t bucket_config[] = {5, 3, 3, 3, 0, 0};
+  static constexpr int8_t bucket_config[] = {3, 3, 3, 3, 0, 0};
   constexpr int buckets = 6;
   switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_ernie45",
                           "specs/tuning/route_ernie45.h200.yaml; ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_ernie45`")) {

@@ -387,19 +387,30 @@ K3_DEVICE void route_row(RouteShared& sh, const T_score* __restrict__ scores, co
   }
   __syncthreads();
   if (t < K) {
+    // Every read of the picks first, then the math (K <= 64 fully unrolled): in loops of eight, each
+    // eight's reads waited on the previous eight's adds, and the unsorted slot's compares on the sum.
+    float w[K];
+    int32_t id[kSorted ? 1 : K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      w[j] = sh.sorted_weight[j];
+      if constexpr (!kSorted) id[j] = sh.sorted_id[j];
+    }
+    const float mine = sh.sorted_weight[t];
+    const int32_t my_id = sh.sorted_id[t];
     // Each writer sums in rank order, one fp32 add at a time: the oracle sums the same way, bit for bit.
     float sum = 0.0f;
-#pragma unroll 8
-    for (int j = 0; j < K; ++j) sum += sh.sorted_weight[j];
+#pragma unroll
+    for (int j = 0; j < K; ++j) sum += w[j];
     const float denom = renorm_denominator(sum, renormalize);
     int slot = t;  // by rank; unsorted (`routing.sorted: false`): in expert-id order, the same set
     if constexpr (!kSorted) {
       slot = 0;
-#pragma unroll 8
-      for (int j = 0; j < K; ++j) slot += sh.sorted_id[j] < sh.sorted_id[t];
+#pragma unroll
+      for (int j = 0; j < K; ++j) slot += id[j] < my_id;
     }
-    weights[slot] = sh.sorted_weight[t] / denom * scale;
-    ids[slot] = sh.sorted_id[t];
+    weights[slot] = mine / denom * scale;
+    ids[slot] = my_id;
   }
 }
 

@@ -12,7 +12,7 @@ int route_llama4_maverick__score_bf16(const Args& a, k3_stream_t stream, char* e
   if (!(a.M <= 2147483647)) return k3::fail(err, err_len, "route_llama4_maverick: gate `M <= 2147483647` failed");
   // Picks per bucket of M: specs/tuning/route_llama4_maverick.h200.yaml.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
-  static constexpr int8_t bucket_config[] = {0, 0, 0, 1, 1, 1};
+  static constexpr int8_t bucket_config[] = {0, 0, 0, 1, 2, 1};
   constexpr int buckets = 6;
   switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_llama4_maverick",
                           "specs/tuning/route_llama4_maverick.h200.yaml; ran the spec's default config (block_threads=128); tune with `k3gen tune --family route_llama4_maverick`")) {

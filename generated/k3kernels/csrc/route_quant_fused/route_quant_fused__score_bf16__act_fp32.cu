@@ -13,18 +13,26 @@ int route_quant_fused__score_bf16__act_fp32(const Args& a, k3_stream_t stream, c
   if (!((k3::floormod(a.x_stride0, vec) == 0) && (k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out_q), 16) == 0))) return k3::fail(err, err_len, "route_quant_fused: gate `x.stride0 % vec == 0 and x.ptr % 16 == 0 and out_q.ptr % 16 == 0` failed");
   // Picks per bucket of M: specs/tuning/route_quant_fused.h200.yaml.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 256, 1024};
-  static constexpr int8_t bucket_config[] = {1, 1, 1, 1, 2};
+  static constexpr int8_t bucket_config[] = {3, 2, 2, 2, 5};
   constexpr int buckets = 5;
   switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_quant_fused",
-                          "specs/tuning/route_quant_fused.h200.yaml; ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_quant_fused`")) {
-    case 1:  // strategy=1, block_threads=512
-      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/1, /*block_threads=*/512>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
-    case 2:  // strategy=2, block_threads=256
-      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/2, /*block_threads=*/256>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
-    case 3:  // strategy=2, block_threads=512
-      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/2, /*block_threads=*/512>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
-    default:  // 0: strategy=1, block_threads=256, the spec's default
-      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/1, /*block_threads=*/256>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
+                          "specs/tuning/route_quant_fused.h200.yaml; ran the spec's default config (strategy=1, block_threads=256, quant_rows=1); tune with `k3gen tune --family route_quant_fused`")) {
+    case 1:  // strategy=1, block_threads=256, quant_rows=4
+      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/1, /*block_threads=*/256, /*quant_rows=*/4>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
+    case 2:  // strategy=1, block_threads=512, quant_rows=1
+      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/1, /*block_threads=*/512, /*quant_rows=*/1>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
+    case 3:  // strategy=1, block_threads=512, quant_rows=4
+      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/1, /*block_threads=*/512, /*quant_rows=*/4>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
+    case 4:  // strategy=2, block_threads=256, quant_rows=1
+      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/2, /*block_threads=*/256, /*quant_rows=*/1>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
+    case 5:  // strategy=2, block_threads=256, quant_rows=4
+      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/2, /*block_threads=*/256, /*quant_rows=*/4>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
+    case 6:  // strategy=2, block_threads=512, quant_rows=1
+      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/2, /*block_threads=*/512, /*quant_rows=*/1>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
+    case 7:  // strategy=2, block_threads=512, quant_rows=4
+      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/2, /*block_threads=*/512, /*quant_rows=*/4>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
+    default:  // 0: strategy=1, block_threads=256, quant_rows=1, the spec's default
+      return k3::status(launch<__nv_bfloat16, float, false, 16, /*strategy=*/1, /*block_threads=*/256, /*quant_rows=*/1>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_fp32");
   }
 }
 

@@ -19,6 +19,7 @@ constexpr int max_tokens = 1024;
 constexpr int hidden = 3584;
 constexpr int group_size = 32;
 constexpr int block_threads = 256;
+constexpr int quant_rows = 1;
 constexpr float fp8_max = 448.0f;
 constexpr float eps = 1e-10f;
 

@@ -12,7 +12,7 @@ int route_topk_e256__score_fp32__bias_fp32(const Args& a, k3_stream_t stream, ch
   if (!((a.num_expert_group == 1) && (a.topk_group == 1))) return k3::fail(err, err_len, "route_topk_e256: gate `num_expert_group == 1 and topk_group == 1` failed");
   // Picks per bucket of M: specs/tuning/route_topk_e256.h200.yaml.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
-  static constexpr int8_t bucket_config[] = {0, 0, 0, 2, 2, 3};
+  static constexpr int8_t bucket_config[] = {0, 0, 0, 2, 2, 2};
   constexpr int buckets = 6;
   switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_topk_e256",
                           "specs/tuning/route_topk_e256.h200.yaml; ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_e256`")) {
