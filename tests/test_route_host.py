@@ -20,7 +20,6 @@ generated GPU tests on the H200 remain the kernels' test; this one pins their lo
 from __future__ import annotations
 
 import array
-import json
 import math
 import re
 import shutil
@@ -31,6 +30,7 @@ import torch
 
 from k3gen.oracles import route_quant_fused as fused_oracle
 from k3gen.oracles import route_topk as oracle
+from k3gen.tune import run as tune
 
 from support import ROOT
 
@@ -111,16 +111,9 @@ def compile_host(tmp_path, family: str, backend: str, source: str, region: str, 
     return exe
 
 
-def tuning_data(family: str) -> dict:
-    """The family's generated/k3kernels/tuning/<family>.json: what `k3gen tune` reads too (its oracle's
-    spec and routing per backend, its candidate configs)."""
-    return json.loads((ROOT / "generated" / "k3kernels" / "tuning" / f"{family}.json").read_text())
-
-
-def oracle_variant(family: str, backend: str) -> dict:
-    """The spec as the oracle needs it, for `backend`, as `k3gen tune` builds it."""
-    data = tuning_data(family)
-    return {**data["oracle_spec"], **data["routing"][backend]}
+def oracle_variant(family: str, backend: str, **dtypes: str) -> dict:
+    """The spec as the oracle needs it, for `backend` and `dtypes`, as `k3gen tune` builds it."""
+    return tune.oracle_variant(tune.family_data(family), dtypes, backend)
 
 
 def write_inputs(path, m: int, *tensors: torch.Tensor) -> None:
@@ -202,7 +195,7 @@ def fused_configs() -> list[str]:
     src = (CSRC / "route_quant_fused" / "route_quant_fused.cuh").read_text()
     params = re.search(r"template <([^>]*)>\n__global__", src).group(1)
     names = [p.split()[-1] for p in params.split(",")][4:]
-    configs = tuning_data("route_quant_fused")["configs"]
+    configs = tune.family_data("route_quant_fused")["configs"]
     assert all(set(names) == set(c) for c in configs)  # every template argument after VEC is a knob
     return [", ".join(str(c[n]) for n in names) for c in configs]
 
@@ -224,7 +217,7 @@ def test_route_quant_fused_matches_its_oracle_on_the_host(tmp_path, backend):
     x[0] = 0.0  # every group's amax below eps
     x[2, ::17] = float("nan")
     write_inputs(tmp_path / "in.bin", m, scores, bias, x)
-    variant = {**oracle_variant(family, backend), "score": "fp32", "act": "fp32"}
+    variant = oracle_variant(family, backend, score="fp32", act="fp32")
     want_w, want_ids, want_q, want_scale = fused_oracle.reference(variant, scores, bias, x, topk=k)
     for i, config in enumerate(configs):
         out = tmp_path / "out.bin"

@@ -137,12 +137,24 @@ def config_switch(family: str):
     return fam, force
 
 
+def family_data(family: str) -> dict:
+    """generated/k3kernels/tuning/<family>.json, as `k3gen build` wrote it: the variants, candidate
+    configs, buckets and what the oracle needs per backend."""
+    return json.loads((GENERATED / "k3kernels" / "tuning" / f"{family}.json").read_text())
+
+
+def oracle_variant(data: dict, variant: dict, backend: str) -> dict:
+    """The oracle's variant as the generated tests build it: the variant, then the spec, then the
+    backend's routing (`data`: family_data's)."""
+    return {**variant, **data["oracle_spec"], **data["routing"].get(backend, {})}
+
+
 def tune_family(family: str, replays: int, min_gain: float, log) -> dict:
     import torch
 
     from k3gen.runtime.module import device_arch
 
-    data = json.loads((GENERATED / "k3kernels" / "tuning" / f"{family}.json").read_text())
+    data = family_data(family)
     oracle = importlib.import_module(data["oracle"])
     arch = device_arch(None)
     start = time.perf_counter()
@@ -157,8 +169,7 @@ def tune_family(family: str, replays: int, min_gain: float, log) -> dict:
     picks, discarded = {}, []
     try:
         for entry in data["variants"]:
-            # as the generated tests build it: the variant, then the spec, then the backend's routing
-            variant = {**entry["variant"], **data["oracle_spec"], **data["routing"].get(backend, {})}
+            variant = oracle_variant(data, entry["variant"], backend)
             batches = _batches(oracle, variant, buckets, shape)
             good = []
             for c, config in enumerate(configs):
