@@ -62,6 +62,7 @@ inline ucontext_t scheduler;
 inline int current = 0;
 inline int threads = 0;
 inline long progress = 0;  // arrivals and exits: a round of the scheduler without any is a deadlock
+inline uint32_t launches = 0;  // seeds each launch's order of threads
 inline std::function<void()> body;
 
 [[noreturn]] inline void fail(const char* what) {
@@ -134,7 +135,9 @@ inline void trampoline() {
   ++progress;
 }
 
-// Runs fn as `n` threads of one block (threadIdx.x = 0 .. n-1), to completion.
+// Runs fn as `n` threads of one block (threadIdx.x = 0 .. n-1), to completion. Each launch runs its
+// threads in another order (a seeded shuffle): which thread's atomic comes first, and so which slot a
+// gathered key takes, varies as on a GPU, so code that depends on it fails somewhere.
 inline void run_block(int n, std::function<void()> fn) {
   if (n % W != 0 || n > 1024) fail("whole warps, at most 1024 threads");
   threads = n;
@@ -149,10 +152,17 @@ inline void run_block(int n, std::function<void()> fn) {
     f.ctx.uc_link = &scheduler;
     makecontext(&f.ctx, trampoline, 0);
   }
+  std::vector<int> order(n);
+  uint32_t seed = 2654435761u * ++launches;
+  for (int t = 0; t < n; ++t) order[t] = t;
+  for (int t = n - 1; t > 0; --t) {
+    seed = seed * 1664525u + 1013904223u;
+    std::swap(order[t], order[(seed >> 8) % uint32_t(t + 1)]);
+  }
   for (int left = n; left > 0;) {
     const long before = progress;
     left = 0;
-    for (int t = 0; t < n; ++t) {
+    for (int t : order) {
       if (fibers[t].done) continue;
       current = t;
       threadIdx.x = unsigned(t);
