@@ -4,7 +4,9 @@
 # build/spec_edits was prepared here (python tests/spec_edits_gpu.py), the spec-edit suite's GPU half;
 # `MODE=tune` runs `k3gen tune --all`; `MODE=bench` runs bench/bench.py (every family and the host
 # path, against build/before when it exists); `MODE=times` times the kernels alone in the tree at
-# build/before and in this one (bench/kernel_times.py). Several modes run in order:
+# build/before and in this one (bench/kernel_times.py); `MODE=probe` times the block select's decode
+# sizes and phase clocks in build/before and in this tree, alternately in one run
+# (bench/route_probe/select_times.sh). Several modes run in order:
 # MODE="tests tune bench". TESTS (pytest paths, default every generated test and the fast-path GPU
 # tests), TUNE (families, default --all), BENCH (families) and KT (kernel_times families) narrow a
 # mode; `rebuild` runs k3gen build between them (the tables `tune` wrote, compiled in). Logs and
@@ -55,6 +57,9 @@ elif [ "$MODE" = tune ]; then
   timeout "${TUNE_TIMEOUT:-400}" python3 -m k3gen tune $(if [ -n "${TUNE:-}" ]; then echo --family "${TUNE// /,}"; else echo --all; fi) \
     --out "$OUT/tuning" 2>&1 | tee "$OUT/tune.log"
   mkdir -p "$OUT/tuning" && cp specs/tuning/*.yaml "$OUT/tuning/"  # what finished, should the timeout cut the rest
+elif [ "$MODE" = probe ]; then
+  bash bench/route_probe/select_times.sh "$OUT/probe" before=build/before/generated/k3kernels/csrc \
+    after=generated/k3kernels/csrc 2>&1 | tee "$OUT/probe.log"
 elif [ "$MODE" = times ]; then
   # The kernels alone in the tree at build/before and in this one, each in its own process, twice in
   # turn (bench/kernel_times.py): a same-run before/after without the references' compile time.
