@@ -1,7 +1,8 @@
 // Decode-size times of route_topk's block strategy, one generated tree per build (issue 22): the
 // kernels of route_topk (sorted) and route_topk_unsorted at each block size, launched as the library
 // launches them (k3::launch, PDL on), CUDA graph of 20 calls, median of 30 replays, at M = 1/16/128;
-// with -DK3_PROBE_ON, block 0's clock64() per phase at M = 1 (headers instrumented by make_probe.py).
+// the warp strategy ("warp bt128": four tokens a block) at M = 1/128/1024. With -DK3_PROBE_ON, block
+// 0's clock64() per phase of the block select at M = 1 (headers instrumented by make_probe.py).
 // Prints a checksum of both families' outputs over rows of random scores, ties and NaNs, so two
 // trees' builds can be compared bit for bit. Built and run by bench/route_probe/select_times.sh.
 #include <cuda_bf16.h>
@@ -48,14 +49,14 @@ Args make_args(int M, const __nv_bfloat16* s, const float* b, float* w, int32_t*
   return a;
 }
 
-template <bool SORTED, int BT>
+template <bool SORTED, int STRATEGY, int BT>
 void launch(int M, const __nv_bfloat16* s, const float* b, float* w, int32_t* ids, cudaStream_t st) {
   if constexpr (SORTED) {
     namespace f = k3_route_topk;
-    f::launch<__nv_bfloat16, float, false, 1, 1, BT>(make_args<f::Args>(M, s, b, w, ids), st);
+    f::launch<__nv_bfloat16, float, false, 1, STRATEGY, BT>(make_args<f::Args>(M, s, b, w, ids), st);
   } else {
     namespace f = k3_route_topk_unsorted;
-    f::launch<__nv_bfloat16, float, false, 1, 1, BT>(make_args<f::Args>(M, s, b, w, ids), st);
+    f::launch<__nv_bfloat16, float, false, 1, STRATEGY, BT>(make_args<f::Args>(M, s, b, w, ids), st);
   }
 }
 
@@ -65,12 +66,12 @@ uint64_t fnv(uint64_t h, const void* p, size_t n) {
   return h;
 }
 
-template <bool SORTED, int BT>
+template <bool SORTED, int BT, int STRATEGY = 1>
 void run(const char* name, const __nv_bfloat16* s, const float* b, float* w, int32_t* ids) {
   cudaStream_t st;
   cudaStreamCreate(&st);
   // Outputs of MMAX rows (random, ties and NaN rows: see main), hashed.
-  launch<SORTED, BT>(MMAX, s, b, w, ids, st);
+  launch<SORTED, STRATEGY, BT>(MMAX, s, b, w, ids, st);
   cudaStreamSynchronize(st);
   std::vector<float> hw(MMAX * K);
   std::vector<int32_t> hi(MMAX * K);
@@ -81,7 +82,7 @@ void run(const char* name, const __nv_bfloat16* s, const float* b, float* w, int
 #ifdef K3_PROBE_ON
   long long p[32] = {0};
   cudaMemcpyToSymbol(k3_probe, p, sizeof(p));
-  launch<SORTED, BT>(1, s, b, w, ids, st);
+  launch<SORTED, STRATEGY, BT>(1, s, b, w, ids, st);
   cudaStreamSynchronize(st);
   cudaMemcpyFromSymbol(p, k3_probe, sizeof(p));
   printf("%s bt%d M=1 cycles from entry:", name, BT);
@@ -89,13 +90,13 @@ void run(const char* name, const __nv_bfloat16* s, const float* b, float* w, int
     if (p[i]) printf(" [%d]%lld", i, p[i] - p[0]);
   printf("\n");
 #else
-  for (int M : {1, 16, 128}) {
-    for (int i = 0; i < 3; ++i) launch<SORTED, BT>(M, s, b, w, ids, st);
+  for (int M : STRATEGY == 1 ? std::vector<int>{1, 16, 128} : std::vector<int>{1, 128, 1024}) {
+    for (int i = 0; i < 3; ++i) launch<SORTED, STRATEGY, BT>(M, s, b, w, ids, st);
     cudaStreamSynchronize(st);
     cudaGraph_t g;
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
-    for (int i = 0; i < 20; ++i) launch<SORTED, BT>(M, s, b, w, ids, st);
+    for (int i = 0; i < 20; ++i) launch<SORTED, STRATEGY, BT>(M, s, b, w, ids, st);
     cudaStreamEndCapture(st, &g);
     cudaGraphInstantiate(&ge, g, 0);
     cudaGraphLaunch(ge, st);
@@ -154,5 +155,9 @@ int main() {
   run<false, 256>("unsorted", s, b, w, ids);
   run<false, 448>("unsorted", s, b, w, ids);
   run<false, 512>("unsorted", s, b, w, ids);
+#ifndef K3_PROBE_ON  // the probes lie in the block select
+  run<true, 128, 2>("sorted warp", s, b, w, ids);
+  run<false, 128, 2>("unsorted warp", s, b, w, ids);
+#endif
   return 0;
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Same-run decode times and phase clocks of route_topk's block strategy for generated trees (issue 22).
+# Same-run decode times and phase clocks of route_topk's block strategy (and times of its warp strategy)
+# for generated trees (issue 22).
 # Usage: bench/route_probe/select_times.sh OUT_DIR LABEL=CSRC [LABEL=CSRC ...]; CSRC is a generated
 # k3kernels/csrc tree (e.g. build/before/generated/k3kernels/csrc). Needs nvcc and a GPU.
 # Each tree is built twice (timed; -DK3_PROBE_ON for clocks) and the builds run alternately, twice.
