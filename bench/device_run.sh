@@ -4,9 +4,9 @@
 # build/spec_edits was prepared here (python tests/spec_edits_gpu.py), the spec-edit suite's GPU half;
 # `MODE=tune` runs `k3gen tune --all`; `MODE=bench` runs bench/bench.py (every family and the host
 # path, against build/before when it exists); `MODE=times` times the kernels alone in the tree at
-# build/before and in this one (bench/kernel_times.py); `MODE=probe` times the block select's decode
-# sizes and phase clocks in build/before and in this tree, alternately in one run
-# (bench/route_probe/select_times.sh). Several modes run in order:
+# build/before and in this one (bench/kernel_times.py); `MODE=probe` times route_topk's block select
+# (decode sizes, phase clocks) and warp select in build/before and in this tree, alternately in one
+# run (bench/route_probe/select_times.sh). Several modes run in order:
 # MODE="tests tune bench". TESTS (pytest paths, default every generated test and the fast-path GPU
 # tests), TUNE (families, default --all), BENCH (families) and KT (kernel_times families) narrow a
 # mode; `rebuild` runs k3gen build between them (the tables `tune` wrote, compiled in). Logs and
