@@ -49,7 +49,7 @@ Args make_args(int M, const __nv_bfloat16* s, const float* b, float* w, int32_t*
   return a;
 }
 
-template <bool SORTED, int STRATEGY, int BT>
+template <bool SORTED, int BT, int STRATEGY>
 void launch(int M, const __nv_bfloat16* s, const float* b, float* w, int32_t* ids, cudaStream_t st) {
   if constexpr (SORTED) {
     namespace f = k3_route_topk;
@@ -71,7 +71,7 @@ void run(const char* name, const __nv_bfloat16* s, const float* b, float* w, int
   cudaStream_t st;
   cudaStreamCreate(&st);
   // Outputs of MMAX rows (random, ties and NaN rows: see main), hashed.
-  launch<SORTED, STRATEGY, BT>(MMAX, s, b, w, ids, st);
+  launch<SORTED, BT, STRATEGY>(MMAX, s, b, w, ids, st);
   cudaStreamSynchronize(st);
   std::vector<float> hw(MMAX * K);
   std::vector<int32_t> hi(MMAX * K);
@@ -82,7 +82,7 @@ void run(const char* name, const __nv_bfloat16* s, const float* b, float* w, int
 #ifdef K3_PROBE_ON
   long long p[32] = {0};
   cudaMemcpyToSymbol(k3_probe, p, sizeof(p));
-  launch<SORTED, STRATEGY, BT>(1, s, b, w, ids, st);
+  launch<SORTED, BT, STRATEGY>(1, s, b, w, ids, st);
   cudaStreamSynchronize(st);
   cudaMemcpyFromSymbol(p, k3_probe, sizeof(p));
   printf("%s bt%d M=1 cycles from entry:", name, BT);
@@ -91,12 +91,12 @@ void run(const char* name, const __nv_bfloat16* s, const float* b, float* w, int
   printf("\n");
 #else
   for (int M : STRATEGY == 1 ? std::vector<int>{1, 16, 128} : std::vector<int>{1, 128, 1024}) {
-    for (int i = 0; i < 3; ++i) launch<SORTED, STRATEGY, BT>(M, s, b, w, ids, st);
+    for (int i = 0; i < 3; ++i) launch<SORTED, BT, STRATEGY>(M, s, b, w, ids, st);
     cudaStreamSynchronize(st);
     cudaGraph_t g;
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
-    for (int i = 0; i < 20; ++i) launch<SORTED, STRATEGY, BT>(M, s, b, w, ids, st);
+    for (int i = 0; i < 20; ++i) launch<SORTED, BT, STRATEGY>(M, s, b, w, ids, st);
     cudaStreamEndCapture(st, &g);
     cudaGraphInstantiate(&ge, g, 0);
     cudaGraphLaunch(ge, st);

@@ -16,10 +16,7 @@ constexpr int E = K3_HOST_E, K = K3_HOST_K, kRows = K3_HOST_ROWS;
 
 // Row r of the test: its kind is r % 8.
 void make_row(int r, std::vector<float>& x, std::vector<float>& bias, uint32_t& seed) {
-  auto next = [&] {
-    seed = seed * 1664525u + 1013904223u;
-    return seed;
-  };
+  auto next = [&] { return host::next_random(seed); };
   auto normal = [&] {  // Box-Muller of two uniforms
     const double u1 = (next() + 1.0) / 4294967297.0, u2 = (next() + 1.0) / 4294967297.0;
     return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));

@@ -63,6 +63,12 @@ inline int current = 0;
 inline int threads = 0;
 inline long progress = 0;  // arrivals and exits: a round of the scheduler without any is a deadlock
 inline uint32_t launches = 0;  // seeds each launch's order of threads
+
+// The next value of a seeded linear congruential sequence (the tests' inputs and the launch order).
+inline uint32_t next_random(uint32_t& seed) {
+  seed = seed * 1664525u + 1013904223u;
+  return seed;
+}
 inline std::function<void()> body;
 
 [[noreturn]] inline void fail(const char* what) {
@@ -155,10 +161,7 @@ inline void run_block(int n, std::function<void()> fn) {
   std::vector<int> order(n);
   uint32_t seed = 2654435761u * ++launches;
   for (int t = 0; t < n; ++t) order[t] = t;
-  for (int t = n - 1; t > 0; --t) {
-    seed = seed * 1664525u + 1013904223u;
-    std::swap(order[t], order[(seed >> 8) % uint32_t(t + 1)]);
-  }
+  for (int t = n - 1; t > 0; --t) std::swap(order[t], order[(next_random(seed) >> 8) % uint32_t(t + 1)]);
   for (int left = n; left > 0;) {
     const long before = progress;
     left = 0;
