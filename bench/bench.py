@@ -1,9 +1,11 @@
 """Benchmark the generated kernels on the GPU: achieved GB/s, and the ratios to a device copy and to
 torch.compile of the oracle, all measured in one run (CUDA graphs, medians).
 
-    python bench/bench.py [--family situ_and_mul] [--out bench/results]
+    python bench/bench.py [--family situ_and_mul] [--out DIR]
 
-Writes <out>/<family>.json and <out>/<family>.png, and prints a table with the issue's targets.
+Writes <out>/<family>.json and <out>/<family>.png (default out: bench/results/<device>/, the device
+named by common.device_slug, e.g. bench/results/h200/) and prints a table with the targets. Then
+`python bench/summary.py` renders bench/results/README.md from every device's JSON.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from common import (  # noqa: E402
     SITU_MS,
     SITU_PAIRS,
     bandwidth_verdict,
+    device_slug,
     measure,
     router_ms,
     time_graph_us,
@@ -392,9 +395,10 @@ def timed_tree() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
-    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    ap.add_argument("--out", type=Path, help="default: bench/results/<device>/ of this checkout")
     ap.add_argument("--router", action="append", help="with --family routers: only these routers")
     args = ap.parse_args()
+    args.out = args.out or REPO / "bench" / "results" / device_slug(torch.cuda.get_device_name())
     args.out.mkdir(parents=True, exist_ok=True)
     for family in args.family or sorted(FAMILIES):
         rows, verdicts = FAMILIES[family](args.router) if family == "routers" and args.router else FAMILIES[family]()

@@ -7,7 +7,7 @@ table's own pick, for the tree PYTHONPATH names (trees from 3d0cc11 on: config_s
 
     PYTHONPATH=$PWD:$PWD/generated python3 bench/outputs_probe.py   # on the GPU machine
 
-Measured on the H200: the two ways time the same within 0.8% (bench/results/outputs_probe.log).
+Measured on the H200: the two ways time the same within 0.8% (bench/trials/outputs_probe.log).
 """
 
 from __future__ import annotations
