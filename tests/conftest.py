@@ -24,7 +24,7 @@ if _WORKERS > 1 and "K3GEN_JOBS" not in os.environ:
 
 @pytest.fixture(autouse=True, scope="session")
 def _source_stage(tmp_path_factory):
-    """Units compile from staged copies (k3gen.runtime.stage): in a folder of this session, so the
+    """Units compile from staged copies (k3gen.runtime.stage): in a folder of this test run, so the
     tests neither read nor leave anything in /tmp/k3gen-src (a test that needs the default says so)."""
     if "K3GEN_SOURCE_STAGE" not in os.environ:
         os.environ["K3GEN_SOURCE_STAGE"] = str(tmp_path_factory.mktemp("stage"))

@@ -152,7 +152,7 @@ def host_section(root: Path, device: str) -> str:
     return "\n".join([head, "", *out]) + "\n"
 
 
-def routers_section(root: Path) -> str:
+def routers_section(root: Path, here: str = README) -> str:
     """The bundled routers (every spec of a routing template that declares `routing:`): what each
     computes, from its spec, and what its call refuses (its gates)."""
     from k3gen.plan import resolve_all
@@ -179,8 +179,9 @@ def routers_section(root: Path) -> str:
         default = "on" if scalars["renormalize"].default else "off"
         dtypes = ", ".join(" × ".join(c) for c in s.dtypes.generated_cells())
         refuses = " and ".join(f"`{g.check}`" for g in s.gates)
+        spec = _link(here, f"specs/{s.kernel}.yaml")
         out.append(
-            f"| [{s.kernel}](specs/{s.kernel}.yaml) | {s.constants['num_experts']} | {s.constants['top_k']} | "
+            f"| [{s.kernel}]({spec}) | {s.constants['num_experts']} | {s.constants['top_k']} | "
             f"{scoring} | {bias} | {groups} | {renorm[r.renormalize]} ({default}) | "
             f"{scalars['routed_scaling_factor'].default:g} | {'by rank' if r.sorted else 'by expert id'} | {dtypes} "
             f"| {refuses} |"
@@ -344,7 +345,7 @@ def render_section(root: Path, name: str, device: str | None, here: str = README
     if name == "compile":
         return compile_section(root)
     if name == "routers":
-        return routers_section(root)
+        return routers_section(root, here)
     if name == "families":
         return families_section(root, here)
     if name == "spec_fields":
