@@ -16,7 +16,7 @@ cicc, ptxas and the host compile and caches those; `nvcc -E` cannot see host cod
 `#ifndef __CUDA_ARCH__`, sccache PR #2300). On a full hit those calls still run three preprocessor
 passes over the unit and the CUDA headers (the outer key; the inputs of cudafe++ and of cicc),
 about 0.6 s of CPU a unit here against 1.8-3.5 s for a cold one: the floor of sccache's nvcc mode
-(README, "Building at scale").
+(docs/building-at-scale.md).
 """
 
 from __future__ import annotations
