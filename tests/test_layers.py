@@ -24,6 +24,9 @@ LAYERS = {
     "ship": ({"ship", "render", "plan", "spec", "runtime"}, {"jinja2", "torch"}),
     "review": ({"review", "ship", "render", "plan", "spec", "runtime"}, {"jinja2"}),
     "tune": ({"tune", "runtime"}, {"torch"}),
+    # integrations: runs where the wrappers run (a serving machine: torch and the generated package);
+    # transformers, vLLM and SGLang are matched by class name and call signature, never imported
+    "integrations": ({"integrations", "runtime"}, {"torch", "k3kernels"}),
 }
 TOP = {"cli", "__main__", "__init__"}  # the command sits above every stage
 # What render may read of the stages below: the plan's data and the spellings' sources, never the
@@ -194,3 +197,12 @@ def test_one_write_if_changed_and_one_file_lock():
 
 def test_package_init_needs_only_the_standard_library():
     assert {n.split(".")[0] for n in imports(K3GEN / "__init__.py")} <= STDLIB
+
+
+def test_the_integrations_import_torch_the_standard_library_and_the_runtime_only():
+    """k3gen.integrations serves from a machine with torch alone: no generator dependency, no model library."""
+    blocked = ("pydantic", "jinja2", "yaml", "transformers", "vllm", "sglang")
+    code = f"import sys\nfor m in {blocked!r}: sys.modules[m] = None\n"
+    code += "import k3gen.integrations.transformers, k3gen.integrations.engines\nprint('ok')"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

@@ -66,6 +66,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the `k3gen compile` output to build into and take the libraries from (default: <project>/build/aot)",
     )
     p.add_argument("--out", type=Path, help="where the wheel is written (default: <project>/dist)")
+    p.add_argument(
+        "--hub",
+        type=Path,
+        metavar="DIR",
+        help="write a Kernel Hub repository (DIR/build/<variant>/, what `kernels.get_kernel` loads) instead of a wheel",
+    )
 
 
 def _epoch() -> tuple[int, ...]:
@@ -106,8 +112,9 @@ def wheel_files(root: Path, aot: Path, built: dict[str, list[str]], host: Path |
     files[f"{NAME}/{PREBUILT}/{PREBUILT_INDEX}"] = (json.dumps(index, indent=1, sort_keys=True) + "\n").encode()
     k3gen = Path(__file__).parents[1]  # the k3gen package (this file is k3gen/ship/package.py)
     files["k3gen/__init__.py"] = (k3gen / "__init__.py").read_bytes()
-    for f in sorted((k3gen / "runtime").glob("*.py")):
-        files[f"k3gen/runtime/{f.name}"] = f.read_bytes()
+    for sub in ("runtime", "integrations"):  # integrations: use_k3gen_routing and the engines' hooks
+        for f in sorted((k3gen / sub).glob("*.py")):
+            files[f"k3gen/{sub}/{f.name}"] = f.read_bytes()
     csrc = k3gen / "runtime" / "csrc"
     for f in sorted([*csrc.glob("*.cpp"), *csrc.glob("*.h")]):  # the C++ call path, built where it runs
         files[f"k3gen/runtime/csrc/{f.name}"] = f.read_bytes()
@@ -196,7 +203,13 @@ def sizes(path: Path) -> dict[str, tuple[int, int]]:
 
 
 def package_tree(
-    root: Path, archs: list[str], families: list[str], jobs: int | None, aot: Path | None, out: Path | None
+    root: Path,
+    archs: list[str],
+    families: list[str],
+    jobs: int | None,
+    aot: Path | None,
+    out: Path | None,
+    hub: Path | None = None,
 ) -> int:
     """Compile what the wheel carries (incrementally, into the AOT directory), then write the wheel.
     Every CUDA arch of the chosen families by default; an arch or family they lack is exit 2."""
@@ -252,6 +265,8 @@ def package_tree(
         return rc
     all_archs = sorted({a for a in built.values() for a in a})
     host, host_note = prebuilt_host(aot)
+    if hub is not None:
+        return _write_hub(root, aot, built, host, host_note, hub.resolve())
     path = write_wheel(wheel_files(root, aot, built, host), out, __version__, all_archs)
     print(
         f"k3gen package: {path} ({path.stat().st_size / 2**20:.2f} MiB; {len(built)} families prebuilt for "
@@ -273,12 +288,38 @@ def package_tree(
     return 0
 
 
+def _write_hub(root: Path, aot: Path, built: dict, host: Path | None, host_note: str, hub: Path) -> int:
+    """The Kernel Hub layout of the same files (k3gen.ship.hub); it needs the stable-ABI call path,
+    which is what lets one variant serve every torch from hostabi.OLDEST on."""
+    from k3gen import __version__
+    from k3gen.runtime import hostabi
+    from k3gen.runtime.toolchain import compiler_version, find_compiler
+    from k3gen.ship.hub import HubUsageError, write_hub
+
+    if host is None or not host_note.startswith("stable ABI"):
+        print(f"k3gen package --hub: the variant needs the stable-ABI call path; here: {host_note}", file=sys.stderr)
+        return 2
+    try:
+        nvcc = compiler_version(str(find_compiler("cuda")))
+        variant = write_hub(hub, wheel_files(root, aot, built, host), built, __version__, nvcc, hostabi.OLDEST)
+    except HubUsageError as exc:
+        print(f"k3gen package --hub: {exc}", file=sys.stderr)
+        return 2
+    archs = sorted({a for a in built.values() for a in a})
+    print(f"k3gen package: {variant} ({len(built)} families prebuilt for {', '.join(archs)}; call path: {host_note})")
+    print(
+        f"Load it: kernels.get_local_kernel(Path({str(hub)!r})) here, or upload {hub} as a Hub kernel repo and "
+        "kernels.get_kernel('<org>/k3kernels', version=1)"
+    )
+    return 0
+
+
 def _split(values: list[str]) -> list[str]:
     return list(dict.fromkeys(v for item in values for v in item.split(",") if v))
 
 
 def package(root: Path, args) -> int:
-    return package_tree(root, _split(args.arch), _split(args.family), args.jobs, args.aot, args.out)
+    return package_tree(root, _split(args.arch), _split(args.family), args.jobs, args.aot, args.out, args.hub)
 
 
 def main(argv: list[str] | None = None) -> int:
