@@ -193,6 +193,19 @@ def cmd_diff(root: Path, args) -> int:
     return 0  # differences are what a review wants to see, not a failure
 
 
+def cmd_test(root: Path, args) -> int:
+    from k3gen.review import DiffError, diff_rev
+    from k3gen.review.test_run import describe, run
+
+    try:
+        report = diff_rev(root, args.rev)
+    except DiffError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    sys.stdout.write(describe(report.tests, report.base))
+    return 0 if args.list else run(root, report.tests, args.pytest_args)
+
+
 def cmd_new(root: Path, args) -> int:
     from k3gen.ship.scaffold import ScaffoldError, scaffold
 
@@ -275,6 +288,16 @@ COMMANDS = {
             "k3gen diff --family situ_and_mul --check-budget",
         ],
     ),
+    "test": (
+        cmd_test,
+        "run the tests a change since REV (default: merge base with main) touches: the generated tests of "
+        "each family it changes and the tests/ that read what changed; the rest listed as unaffected, with why",
+        [
+            "k3gen test",
+            "k3gen test origin/main -- -n auto",
+            "k3gen test --list",
+        ],
+    ),
     "tune": (cmd_tune, tuning_run.HELP, tuning_run.EXAMPLES),
     "new": (
         cmd_new,
@@ -327,6 +350,10 @@ def make_parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="exit 1 when a family of the work tree exceeds its spec's budget",
             )
+        if name == "test":
+            p.add_argument("rev", nargs="?", help="git revision to compare with (default: as `k3gen diff`)")
+            p.add_argument("--list", action="store_true", help="print what would run, and why; run nothing")
+            p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
         if name == "new":
             p.add_argument("name", help="family name, lower_snake_case")
         if name == "compile":

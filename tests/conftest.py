@@ -9,7 +9,7 @@ import pytest
 
 from k3gen.cli import main
 
-from support import copy_project
+from support import ROOT, copy_project
 
 pytest_plugins = ["fake_cc"]  # the fake device compiler fixture of the cache and AOT tests
 
@@ -47,3 +47,38 @@ def built_project(project: Path, capsys) -> Path:
     assert main(["--root", str(project), "build"]) == 0
     capsys.readouterr()
     return project
+
+
+def _family_of(item) -> str | None:
+    """The family a test is of: its `family` mark, else its `family` or `cell` parameter."""
+    mark = item.get_closest_marker("family")
+    if mark is not None:
+        return mark.args[0]
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "family" in params:
+        return params["family"]
+    cell = params.get("cell")
+    return cell[0] if isinstance(cell, tuple) else None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "family(name): the test is of this family (k3gen test runs only those touched)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`k3gen test` runs a FAMILY_SCOPED module for some families only ($K3GEN_TEST_SCOPE, written by
+    k3gen.review.impact): its other families' tests are deselected; a test of no family runs."""
+    scope = {}
+    for part in filter(None, os.environ.get("K3GEN_TEST_SCOPE", "").split(";")):
+        module, _, families = part.partition("=")
+        scope[module] = set(families.split(","))
+    if not scope:
+        return
+    keep, drop = [], []
+    for item in items:
+        families = scope.get(Path(str(item.fspath)).relative_to(ROOT).as_posix())
+        family = _family_of(item) if families is not None else None
+        (drop if family is not None and family not in families else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -33,6 +33,10 @@ from k3gen.runtime.errors import K3ToolchainMissing
 from k3gen.runtime.toolchain import compile_flags, device_only_flags, find_compiler, find_ninja
 from k3gen.spec.load import load_specs
 
+# What `k3gen test` reads to select this module (k3gen.review.impact): only the touched families' cells run.
+READS = ("specs/**", "templates/**", "generated/k3kernels/csrc/**")
+FAMILY_SCOPED = True
+
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "generated" / "k3kernels" / "csrc"
 # In order: each HIP arch is compiled by the first that knows it (clang-19 predates gfx950); each is
@@ -215,13 +219,15 @@ def _write_ninja(units: list[Unit], build_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> dict[str, Cell]:
-    """Compile every cell in one ninja run; map each cell id to its units or its skip reason."""
+def compiled(request, tmp_path_factory) -> dict[str, Cell]:
+    """Compile every cell this run tests (`-k route_topk`, `k3gen test`: only theirs) in one ninja run;
+    map each cell id to its units or its skip reason."""
     work = tmp_path_factory.mktemp("k3gen-compile")
     nvcc = _nvcc()
     hip: dict[str, tuple[str | None, Cell | None]] = {}  # arch -> (its clang, or the cell saying why none)
     cells: dict[str, Cell] = {}
-    for cell in CELLS:
+    wanted = {i.callspec.params["cell"] for i in request.session.items if i.originalname == "test_compiles"}
+    for cell in (c for c in CELLS if c in wanted):
         family, backend, arch = cell
         cid = _cell_id(cell)
         if cid in cells:  # compiled with another arch of its family, by the same nvcc calls

@@ -11,6 +11,9 @@ from k3gen.review import figures
 
 from support import ROOT
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/.
+READS = ("README.md", "docs/**", "bench/**")
+
 MAX_README_LINES = 350
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)

@@ -12,6 +12,9 @@ import pytest
 
 from k3gen.spec.exprs import MAX_DEPTH, MAX_SOURCE, Expr, ExprError, Name, Scope, constant, parse_expr
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/.
+READS = ("templates/common/**",)
+
 ROOT = Path(__file__).resolve().parents[1]
 GATE = Scope(
     {

@@ -23,6 +23,9 @@ from k3gen.runtime import K3UnsupportedError, fastpath, hostabi, hostext
 from k3gen.runtime.env import jit_disabled
 from k3gen.runtime.fastpath import FastPath, PyFastPath
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/.
+READS = ("generated/k3kernels/**",)
+
 A = 16
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 

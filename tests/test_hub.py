@@ -27,9 +27,16 @@ from k3gen.cli import main
 
 from support import ROOT
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/.
+READS = ("specs/**", "templates/**", "generated/**", "README.md")
+FAMILY_SCOPED = True  # only the touched families' tests run
+
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 NVCC = shutil.which("nvcc") or shutil.which("/usr/local/cuda/bin/nvcc")
-pytestmark = pytest.mark.skipif(not NVCC and not IN_CI, reason="nvcc not found: the Hub libraries need it")
+pytestmark = [
+    pytest.mark.skipif(not NVCC and not IN_CI, reason="nvcc not found: the Hub libraries need it"),
+    pytest.mark.family("situ_and_mul"),  # the one family it packages
+]
 try:
     import kernel_abi_check
     import kernels  # noqa: F401

@@ -12,6 +12,9 @@ import pytest
 
 from support import ROOT
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/.
+READS = ("templates/**",)
+
 K3GEN = ROOT / "k3gen"
 STDLIB = set(sys.stdlib_module_names)
 # subpackage (or top module) -> (the k3gen subpackages it may import, the third-party packages it may import)

@@ -15,6 +15,9 @@ from k3gen.ship.scaffold import render_scaffold
 
 from support import ROOT
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/.
+READS = ("**/*.py", "pyproject.toml")
+
 RUFF = shutil.which("ruff")
 PATHS = ["."]  # k3gen/, tests/, generated/, bench/: what CI checks
 

@@ -13,6 +13,9 @@ from k3gen.spec.escape import py_literal
 
 from support import ROOT
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/.
+READS = ()
+
 RUFF = shutil.which("ruff")
 DATA = {
     "SHORT": ["dense", "strided"],

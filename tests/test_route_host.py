@@ -34,6 +34,10 @@ from k3gen.tune import run as tune
 
 from support import ROOT
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/.
+READS = ("specs/**", "generated/k3kernels/**")
+FAMILY_SCOPED = True  # only the touched families' tests run
+
 HOST = ROOT / "tests" / "route_host"
 CSRC = ROOT / "generated" / "k3kernels" / "csrc"
 ROWS = 256  # per block size: a select that errs only near the K-th key (a few rows in a hundred) still fails
@@ -201,6 +205,7 @@ def fused_configs() -> list[str]:
 
 
 @needs_gxx
+@pytest.mark.family("route_quant_fused")
 @pytest.mark.parametrize("backend", ["cuda", "hip"])
 def test_route_quant_fused_matches_its_oracle_on_the_host(tmp_path, backend):
     """Its routing blocks and its quant blocks (however many rows each takes), every tunable config."""

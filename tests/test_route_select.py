@@ -20,6 +20,9 @@ import torch
 
 from k3gen.oracles import route_topk as oracle
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/.
+READS = ("templates/route_topk/**",)
+
 BIN_GATHER = 32  # kBinGather: stop once the threshold's bin holds at most this many keys
 SPAN = 32  # kSpan: the experts a warp's lanes (half a wave's on HIP) hold in one key slot
 

@@ -11,6 +11,9 @@ import torch
 from k3gen.oracles import testing
 from k3gen.runtime import K3UnsupportedError
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/.
+READS = ()
+
 
 def test_dims_id_and_seed():
     assert testing.dims_id({"M": 1, "D": 256}) == "M1-D256"

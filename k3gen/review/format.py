@@ -138,7 +138,8 @@ def format_text(r: DiffReport, verbose: bool = False) -> str:
     lines = [f"k3gen diff: {r.base} {ARROW} {r.head}"]
     lines += [f"note: {n}" for n in r.notes]
     if not r:
-        return "\n".join(lines + ["no differences in specializations, cache keys or generated files"]) + "\n"
+        lines.append("no differences in specializations, cache keys or generated files")
+        return "\n".join(lines + _test_lines(r)) + "\n"
     lines.append(
         f"families: {r.families_compared} compared, +{len(r.families_added)} "
         f"({', '.join(r.families_added) or 'none'}), -{len(r.families_removed)} "
@@ -173,7 +174,36 @@ def format_text(r: DiffReport, verbose: bool = False) -> str:
     lines.append(f"translation units: +{t['units_added']} -{t['units_removed']} ({t['units_changed']} changed)")
     for sign, files in (("A", r.files_added), ("D", r.files_removed), ("M", r.files_changed)):
         lines += [f"  {sign} {p}" for p in files]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _test_lines(r)) + "\n"
+
+
+def _test_lines(r: DiffReport) -> list[str]:
+    """What `k3gen test` runs for this change, and why; the unaffected counted (markdown lists them)."""
+    t = r.tests
+    if t is None:
+        return []
+    lines = [f"\ntests this change touches (`k3gen test`): {len(t.selected)} files, {len(t.unaffected)} unaffected"]
+    if t.everything:
+        return lines + [f"  every test: {t.everything}"]
+    return lines + [f"  {s.path}: {s.why}" for s in t.selected]
+
+
+def _test_markdown(r: DiffReport) -> list[str]:
+    t = r.tests
+    if t is None:
+        return []
+    out = [
+        f"**Tests this change touches** (`k3gen test`): {len(t.selected)} files run, {len(t.unaffected)} unaffected.",
+        "",
+    ]
+    if t.everything:
+        return out + [f"Every test runs: {markdown(t.everything)}.", ""]
+    out += ["| test file | why it runs |", "| --- | --- |"]
+    out += [f"| `{markdown(s.path)}` | {markdown(s.why)} |" for s in t.selected] + [""]
+    if t.unaffected:
+        out += [f"<details><summary>{len(t.unaffected)} test files unaffected</summary>", ""]
+        out += [f"- `{markdown(path)}`: {markdown(why)}" for path, why in t.unaffected] + ["", "</details>", ""]
+    return out
 
 
 def format_markdown(r: DiffReport) -> str:
@@ -182,7 +212,9 @@ def format_markdown(r: DiffReport) -> str:
     out = [f"### k3gen diff: {r.base} {ARROW} {r.head}", ""]
     out += [f"> {n}" for n in r.notes] + ([""] if r.notes else [])
     if not r:
-        return "\n".join(out + ["No differences in specializations, cache keys or generated files.", ""])
+        return "\n".join(
+            out + ["No differences in specializations, cache keys or generated files.", "", *_test_markdown(r)]
+        )
     out += [
         "| family | status | specializations added | removed | cache keys invalidated | libraries rebuilt |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -248,7 +280,7 @@ def format_markdown(r: DiffReport) -> str:
         if files:
             out += [f"<details><summary>{len(files)} generated files {title}</summary>", ""]
             out += [f"- `{p}`" for p in files] + ["", "</details>", ""]
-    return "\n".join(out)
+    return "\n".join(out + _test_markdown(r))
 
 
 def format_json(r: DiffReport) -> str:

@@ -183,7 +183,7 @@ def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = No
         for p in old_plans
         if p.tuning is not None and p.tuning.unreadable
     ]
-    return compare(
+    report = compare(
         old_plans,
         new_plans,
         old_files,
@@ -194,6 +194,26 @@ def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = No
         table=table,
         only=set(families) if families else None,
     )
+    report.tests = _impact(root, short, report, old_plans, new_plans)
+    return report
+
+
+def changed_paths(root: Path, rev: str) -> list[str]:
+    """Paths (relative to root) where the work tree differs from rev, untracked files included."""
+    tracked = _git(root, "diff", "--name-only", "--relative", "--no-renames", rev, "--").splitlines()
+    untracked = _git(root, "ls-files", "--others", "--exclude-standard").splitlines()
+    return sorted({p for p in (*tracked, *untracked) if p})
+
+
+def _impact(root: Path, short: str, report: DiffReport, old_plans, new_plans):
+    from k3gen.review.impact import select
+
+    plans = {p.name: p for p in (*old_plans, *new_plans)}
+    templates: dict[str, list[str]] = {}
+    for p in plans.values():
+        templates.setdefault(p.spec.template, []).append(p.name)
+    touched = [f.family for f in report.families] + report.families_added + report.families_removed
+    return select(root, changed_paths(root, short), touched, sorted(plans), templates)
 
 
 def _own_code(old_root: Path) -> bool:

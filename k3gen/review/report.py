@@ -73,6 +73,7 @@ class DiffReport:
     libraries: list[LibraryChange] = field(default_factory=list)  # by family, archs in spec order
     pricing: Pricing | None = None
     over_budget: list[str] = field(default_factory=list)  # the work tree's budget errors, located
+    tests: object = None  # k3gen.review.impact.TestImpact: the tests the change touches
 
     @property
     def units_added(self) -> list[str]:
