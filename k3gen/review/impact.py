@@ -167,6 +167,7 @@ def _place(impact: TestImpact, m: TestModule, changed, families, templates) -> N
     if not hits:
         impact.unaffected.append((m.path, f"reads {', '.join(m.reads[1:])}: none of it changed"))
         return
+    hits.sort(key=lambda p: matches(p, INERT))  # name a path that matters first
     why = f"reads {hits[0]}" + (f" and {len(hits) - 1} more changed paths" if len(hits) > 1 else "")
     owners = [families_of(p, families, templates) for p in hits if not matches(p, INERT)]
     if m.family_scoped and owners and all(o is not None for o in owners):
