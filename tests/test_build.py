@@ -13,6 +13,10 @@ from k3gen.spec.load import load_specs
 
 from support import ROOT, SPEC_FILE
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/
+# (its projects are copies of tests/data's frozen specs and of templates/).
+READS = ("templates/**",)
+
 WRAPPER = "k3kernels/situ_and_mul.py"
 
 

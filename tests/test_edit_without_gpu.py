@@ -19,48 +19,46 @@ from pathlib import Path
 import pytest
 
 from k3gen.cli import main
+from k3gen.plan import resolve_all
+from k3gen.spec.load import load_specs
 
+import spec_yaml
 from support import ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="k3gen diff needs git")
 
-SITU_FP8 = [
-    ("in: [bf16, fp16, fp32]\n", "in: [bf16, fp16, fp32, fp8]\n"),
-    (
-        "  defaults:\n    out: {from: in, map: {bf16: bf16, fp16: fp16, fp32: bf16}}",
-        '    - {in: fp8, out: fp16, reason: "fp8 activations feed bf16 runners; fp16 is not a runner dtype"}\n'
-        '    - {in: fp8, out: fp32, reason: "a widening output doubles write traffic; no consumer asks for it"}\n'
-        "  defaults:\n    out: {from: in, map: {bf16: bf16, fp16: fp16, fp32: bf16, fp8: bf16}}",
-    ),
-]
-# (family, edits of its spec, a pytest -k picking the new cell's generated tests, a new variant)
+
+# (family, its spec edit, a pytest -k picking the new cell's generated tests): each adds a dtype
+# cell to whatever the spec holds (tests/spec_yaml.py edits fields, never committed text).
+def _situ_fp8(spec: Path) -> None:
+    spec_yaml.add(spec, ("dtypes", "axes", "in"), "fp8")
+    for out, why in (("fp16", "fp16 is not a runner dtype"), ("fp32", "no consumer asks for a widening output")):
+        spec_yaml.add(spec, ("dtypes", "exclude"), {"in": "fp8", "out": out, "reason": why})
+    _add_key(spec, ("dtypes", "defaults", "out", "map"), "fp8", "bf16")
+
+
+def _topk_fp16(spec: Path) -> None:
+    spec_yaml.add(spec, ("dtypes", "axes", "score"), "fp16")
+    spec_yaml.add(spec, ("dtypes", "exclude"), {"score": "fp16", "bias": "bf16", "reason": "fp16 scores, fp32 bias"})
+
+
+def _fused_fp16(spec: Path) -> None:
+    spec_yaml.add(spec, ("dtypes", "axes", "act"), "fp16")
+
+
+def _add_key(spec: Path, path: tuple, key: str, value) -> None:
+    spec_yaml.put(spec, path, {**spec_yaml.get(spec, path), key: value})
+
+
 EDITS = [
-    ("situ_and_mul", SITU_FP8, "in_fp8", "situ_and_mul__in_fp8__out_bf16__has_linear_beta_off"),
-    (
-        "per_token_group_quant",
-        [("    in: [bf16, fp16, fp32]\n", "    in: [bf16, fp16, fp32, fp8]\n")],
-        None,  # refused: the template reads 16-bit and 32-bit inputs only (below)
-        None,
-    ),
-    (
-        "route_topk",
-        [
-            ("    score: [bf16, fp32]\n", "    score: [bf16, fp32, fp16]\n"),
-            (
-                "  exclude:\n",
-                '  exclude:\n    - {score: fp16, bias: bf16, reason: "fp16 scores come with an fp32 bias"}\n',
-            ),
-        ],
-        "score_fp16",
-        "route_topk__score_fp16__bias_fp32",
-    ),
-    (
-        "route_quant_fused",
-        [("    act: [bf16, fp32]\n", "    act: [bf16, fp32, fp16]\n")],
-        "act_fp16",
-        "route_quant_fused__score_bf16__act_fp16",
-    ),
+    ("situ_and_mul", _situ_fp8, "in_fp8"),
+    ("route_topk", _topk_fp16, "score_fp16"),
+    ("route_quant_fused", _fused_fp16, "act_fp16"),
 ]
+
+
+def _plan(root: Path, family: str):
+    return next(p for p in resolve_all(load_specs(root), root) if p.name == family)
 
 
 @pytest.fixture
@@ -77,13 +75,13 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def _edit(root: Path, family: str, edits: list[tuple[str, str]]) -> None:
-    path = root / "specs" / f"{family}.yaml"
-    text = path.read_text()
-    for old, new in edits:
-        assert text.count(old) == 1, f"{old!r} in {path.name}"
-        text = text.replace(old, new)
-    path.write_text(text)
+def _spec(root: Path, family: str) -> Path:
+    return root / "specs" / f"{family}.yaml"
+
+
+def _commit(root: Path, message: str) -> None:
+    git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "commit", "-qam", message], check=True)
 
 
 def _run(root: Path, capsys, *argv: str) -> tuple[int, str, str]:
@@ -105,20 +103,25 @@ def _generated_tests(root: Path, family: str, select: str) -> subprocess.Complet
     )
 
 
-@pytest.mark.parametrize(
-    "family, edits, select, variant", [e for e in EDITS if e[2]], ids=[e[0] for e in EDITS if e[2]]
-)
-def test_a_new_cell_builds_untuned_beside_the_committed_table(repo, capsys, family, edits, select, variant):
-    table = f"specs/tuning/{family}.h200.yaml"
-    assert (repo / table).is_file()
+@pytest.mark.parametrize("family, edit, select", EDITS, ids=[e[0] for e in EDITS])
+def test_a_new_cell_builds_untuned_beside_the_committed_table(repo, capsys, family, edit, select):
+    before_plan = _plan(repo, family)
+    table, device = before_plan.tuning.table_file, before_plan.tuning.device
+    if table is None:
+        pytest.skip(f"{family} has no tuning table to build beside")
+    if any(select in v.name for v in before_plan.variants):
+        pytest.skip(f"{family} already generates a {select} cell")
     tuned = (repo / "generated/k3kernels/csrc" / family).glob("*.cu")
     before = {p.name: p.read_text() for p in tuned if p.name != "dispatch.cu"}
-    _edit(repo, family, edits)
+    edit(_spec(repo, family))
     rc, _, err = _run(repo, capsys, "build")
     assert rc == 0, err
+    added = sorted({v.name for v in _plan(repo, family).variants} - {v.name for v in before_plan.variants})
+    assert added and all(select in v for v in added), added
+    variant = added[0]
     note = next(line for line in err.splitlines() if line.startswith(f"note: {table}:"))
     assert f'(kernel "{family}", picks): ' in note and "no pick: " in note and variant in note
-    assert f"until `k3gen tune --family {family}` runs on NVIDIA H200" in note
+    assert f"until `k3gen tune --family {family}` runs on {device}" in note
     rc, out, err = _run(repo, capsys, "check")
     assert rc == 0 and "k3gen check: generated/ is up to date" in out, err
     csrc = repo / "generated/k3kernels/csrc" / family
@@ -129,36 +132,52 @@ def test_a_new_cell_builds_untuned_beside_the_committed_table(repo, capsys, fami
     assert done.returncode == 0 and " passed" in done.stdout.splitlines()[-1], done.stdout[-3000:] + done.stderr
     rc, out, err = _run(repo, capsys, "diff", "HEAD")
     assert rc == 0, err
-    assert (f"  untuned {variant}: added: untuned (default config): no pick in specs/tuning/{family}.h200.yaml") in out
+    assert f"  untuned {variant}: added: untuned (default config): no pick in {table}" in out
+
+
+QUANT = "per_token_group_quant"
+CUDA, PDL = ("targets", "cuda"), ("flags", "pdl", "archs")
 
 
 def test_an_input_dtype_the_template_cannot_read_is_refused_with_its_reason(repo, capsys):
-    _edit(repo, "per_token_group_quant", EDITS[1][1])
+    axis = spec_yaml.add(_spec(repo, QUANT), ("dtypes", "axes", "in"), "fp8")
     rc, _, err = _run(repo, capsys, "build")
     assert rc == 2
     assert (
-        "(kernel \"per_token_group_quant\", dtypes.axes.in.3): dtype fp8 on axis 'in' is beyond what "
-        "templates/per_token_group_quant/ supports"
+        f"(kernel \"{QUANT}\", dtypes.axes.in.{len(axis) - 1}): dtype fp8 on axis 'in' is beyond what "
+        f"templates/{QUANT}/ supports"
     ) in err
+
+
+def _without_sm_89(repo: Path) -> list[str]:
+    """The quant spec's CUDA archs, sm_89 taken out first (and committed) where an edit added it."""
+    spec = _spec(repo, QUANT)
+    if "sm_89" in spec_yaml.get(spec, CUDA):
+        spec_yaml.drop(spec, CUDA, "sm_89")
+        spec_yaml.drop(spec, PDL, "sm_89")
+        assert main(["--root", str(repo), "build"]) == 0
+        _commit(repo, "without sm_89")
+    return spec_yaml.get(spec, CUDA)
 
 
 def test_sm_89_is_an_edit_of_the_spec(repo, capsys):
     """Ada has the fp8 conversion the quant template needs, and no PDL: the spec adds it to its targets
     and leaves it out of flags.pdl; the build says so in the docs and the diff."""
-    _edit(repo, "per_token_group_quant", [("  cuda: [sm_90a, sm_100a]\n", "  cuda: [sm_89, sm_90a, sm_100a]\n")])
+    archs = _without_sm_89(repo)
+    capsys.readouterr()
+    spec_yaml.add(_spec(repo, QUANT), CUDA, "sm_89", first=True)
     rc, _, err = _run(repo, capsys, "build")
     assert rc == 0, err
     rc, out, err = _run(repo, capsys, "check")
     assert rc == 0, err
-    doc = (repo / "generated/docs/per_token_group_quant.md").read_text()
-    assert "per arch: on for sm_90a, sm_100a; off for sm_89" in doc
+    pdl = ", ".join(a for a in spec_yaml.get(_spec(repo, QUANT), PDL) if a in archs)
+    doc = (repo / f"generated/docs/{QUANT}.md").read_text()
+    assert f"per arch: on for {pdl}; off for sm_89" in doc
     rc, out, err = _run(repo, capsys, "diff", "HEAD")
     assert rc == 0, err
-    assert "  targets cuda: sm_90a, sm_100a → sm_89, sm_90a, sm_100a" in out
-    assert (
-        "  flag pdl: per arch: on for sm_90a, sm_100a; off for gfx942, gfx950 → "
-        "per arch: on for sm_90a, sm_100a; off for sm_89, gfx942, gfx950" in out
-    )
+    assert f"  targets cuda: {', '.join(archs)} → {', '.join(['sm_89', *archs])}" in out
+    flag = next(line for line in out.splitlines() if line.startswith("  flag pdl: "))
+    assert "sm_89" not in flag.split(" → ")[0] and "off for sm_89" in flag.split(" → ")[1], flag
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         if os.environ.get("CI"):
@@ -167,59 +186,66 @@ def test_sm_89_is_an_edit_of_the_spec(repo, capsys):
     from k3gen.runtime.toolchain import compile_flags
 
     csrc = repo / "generated/k3kernels/csrc"
-    name = "per_token_group_quant__in_bf16__group_size_128__scale_format_ue8m0__fuse_silu_and_mul_off"
-    unit = csrc / "per_token_group_quant" / f"{name}.cu"
+    name = next(u for u in _plan(repo, QUANT).sources["cuda"] if u != "dispatch.cu")
+    unit = csrc / QUANT / name
     cmd = [nvcc, *compile_flags("sm_89", ["-DK3_PDL=0"], csrc), "-c", str(unit), "-o", os.devnull]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize(
-    "edits, message",
+    "arch, pdl, message",
     [
         (
-            [("  cuda: [sm_90a, sm_100a]\n", "  cuda: [sm_80, sm_90a, sm_100a]\n")],
-            '(kernel "per_token_group_quant", targets.cuda.0): templates/per_token_group_quant/ needs fp8 e4m3 '
+            "sm_80",
+            False,
+            f'(kernel "{QUANT}", targets.cuda.0): templates/{QUANT}/ needs fp8 e4m3 '
             "conversion instructions (sm_89 or newer; CDNA3 and newer), which sm_80 lacks "
-            "(templates/per_token_group_quant/limits.yaml:",
+            f"(templates/{QUANT}/limits.yaml:",
         ),
         (
-            [
-                ("  cuda: [sm_90a, sm_100a]\n", "  cuda: [sm_89, sm_90a, sm_100a]\n"),
-                ("  pdl: {archs: [sm_90a, sm_100a]}", "  pdl: {archs: [sm_89, sm_90a, sm_100a]}"),
-            ],
-            '(kernel "per_token_group_quant", flags.pdl.archs.0): pdl is on for sm_89, which lacks programmatic '
-            "dependent launch (sm_90 or newer) (templates/per_token_group_quant/limits.yaml:",
+            "sm_89",
+            True,
+            f'(kernel "{QUANT}", flags.pdl.archs.0): pdl is on for sm_89, which lacks programmatic '
+            f"dependent launch (sm_90 or newer) (templates/{QUANT}/limits.yaml:",
         ),
     ],
     ids=["sm_80-lacks-fp8", "pdl-on-sm_89"],
 )
-def test_an_arch_the_template_cannot_serve_is_refused_with_the_reason(repo, capsys, edits, message):
-    _edit(repo, "per_token_group_quant", edits)
+def test_an_arch_the_template_cannot_serve_is_refused_with_the_reason(repo, capsys, arch, pdl, message):
+    _without_sm_89(repo)
+    spec = _spec(repo, QUANT)
+    spec_yaml.add(spec, CUDA, arch, first=True)
+    if pdl:
+        spec_yaml.add(spec, PDL, arch, first=True)
     rc, _, err = _run(repo, capsys, "build")
     assert rc == 2
     assert message in err
 
 
-TOPK_KNOBS = "knobs: {strategy: [1, 2], block_threads: [256, 128, 448, 512]}"
+KNOBS = ("tuning", "knobs")
 
 
-@pytest.mark.parametrize(
-    "edit",
-    [
-        (TOPK_KNOBS, "knobs: {strategy: [1, 2], block_threads: [256, 128]}"),
-        (TOPK_KNOBS, "knobs: {block_threads: [256, 128, 448, 512]}"),
-    ],
-    ids=["candidate-dropped", "knob-dropped"],
-)
-def test_new_knobs_leave_the_table_stale_not_malformed(repo, capsys, edit):
+def _table_note(err: str, table: str) -> str:
+    return next(line for line in err.splitlines() if line.startswith(f"note: {table}:"))
+
+
+@pytest.mark.parametrize("drop", ["candidate", "knob"], ids=["candidate-dropped", "knob-dropped"])
+def test_new_knobs_leave_the_table_stale_not_malformed(repo, capsys, drop):
     """The table measured other configs than the spec now names: every variant runs the default
     config and the build says so; none of its picks is read as a config of the new knobs."""
-    _edit(repo, "route_topk", [edit])
+    plan = _plan(repo, "route_topk")
+    spec, knobs = _spec(repo, "route_topk"), spec_yaml.get(_spec(repo, "route_topk"), KNOBS)
+    last = list(knobs)[-1]
+    if drop == "candidate":
+        spec_yaml.put(spec, (*KNOBS, last), knobs[last][:-1])
+    else:
+        spec_yaml.put(spec, KNOBS, {k: v for k, v in knobs.items() if k != next(iter(knobs))})
     rc, _, err = _run(repo, capsys, "build")
     assert rc == 0, err
-    note = next(line for line in err.splitlines() if line.startswith("note: specs/tuning/route_topk.h200.yaml:"))
-    assert "3 of 3 variants untuned (stale: " in note, note
+    n = len(plan.variants)
+    note = _table_note(err, plan.tuning.table_file)
+    assert f"{n} of {n} variants untuned (stale: " in note, note
     rc, out, err = _run(repo, capsys, "check")
     assert rc == 0 and "k3gen check: generated/ is up to date" in out, err
 
@@ -228,13 +254,17 @@ def test_new_knobs_leave_the_table_stale_not_malformed(repo, capsys, edit):
 def test_a_pick_of_no_candidate_config_is_malformed(repo, capsys, stale):
     """A row whose pick is none of the configs it timed was edited by hand: a located error, in a
     current table and in one the spec has since left stale (here: a bucket added)."""
+    plan = _plan(repo, "route_topk")
+    spec = _spec(repo, "route_topk")
     if stale:
-        _edit(repo, "route_topk", [("buckets: [1, 16, ", "buckets: [1, 8, 16, ")])
-    table = repo / "specs/tuning/route_topk.h200.yaml"
+        buckets = spec_yaml.get(spec, ("tuning", "buckets"))
+        spec_yaml.put(spec, ("tuning", "buckets"), [buckets[0], (buckets[0] + buckets[1]) // 2 + 1, *buckets[1:]])
+    table = repo / plan.tuning.table_file
     text = table.read_text()
     row = re.search(r'"config": \{[^}]*"block_threads": (\d+)', text)
     table.write_text(text[: row.start(1)] + "96" + text[row.end(1) :])
     line = text[: row.start(1)].count("\n") + 1
     rc, _, err = _run(repo, capsys, "build")
     assert rc == 2
-    assert f"specs/tuning/route_topk.h200.yaml:{line} (" in err and "is none of the 8 configs its row timed" in err, err
+    configs = len(plan.tuning.configs)
+    assert f"{plan.tuning.table_file}:{line} (" in err and f"is none of the {configs} configs its row timed" in err, err

@@ -13,6 +13,10 @@ from k3gen.spec.load import parse_spec
 
 from support import FROZEN_SPEC
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/
+# (its projects are copies of tests/data's frozen specs and of templates/).
+READS = ("templates/**",)
+
 VALID = yaml.safe_load(FROZEN_SPEC.read_text())
 LOCATED = re.compile(r"^specs/fuzz\.yaml:\d+ \(.+\): .+", re.DOTALL)
 

@@ -12,6 +12,10 @@ import torch
 
 from k3gen.cli import main
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/
+# (its projects are copies of tests/data's frozen specs and of templates/).
+READS = ("templates/**",)
+
 NAME = "my_copy"
 SCAFFOLDED = [
     f"specs/{NAME}.yaml",

@@ -11,6 +11,10 @@ from k3gen.cli import main
 
 from support import SPEC_FILE, copy_project
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/
+# (its projects are copies of tests/data's frozen specs and of templates/).
+READS = ("templates/**",)
+
 KERNEL = "templates/situ_and_mul/kernel.cuh.j2"
 HEAD = 'specs/situ_and_mul.yaml:4 (kernel "situ_and_mul", template): rendering '
 

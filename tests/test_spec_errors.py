@@ -20,6 +20,10 @@ from k3gen.spec.scopes import gate_scope
 
 from support import FROZEN_SPEC, SPEC_FILE
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/
+# (its projects are copies of tests/data's frozen specs and of templates/).
+READS = ("templates/**",)
+
 VALID = FROZEN_SPEC.read_text()
 BAD = "specs/bad.yaml"
 TOP_KEYS = (

@@ -25,6 +25,10 @@ from k3gen.ship.aot import Target, write_build
 
 from support import SPEC_FILE, copy_project
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/
+# (its projects are copies of tests/data's frozen specs and of templates/).
+READS = ("templates/**",)
+
 
 @pytest.fixture
 def fixed_stage(monkeypatch):

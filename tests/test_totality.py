@@ -11,6 +11,10 @@ from k3gen.spec.load import load_specs
 
 from support import SPEC_FILE, copy_project
 
+# What `k3gen test` selects this module by (k3gen.review.impact): the paths it reads besides k3gen/ and tests/
+# (its projects are copies of tests/data's frozen specs and of templates/).
+READS = ("templates/**",)
+
 QUANT = "specs/per_token_group_quant.yaml"
 K = '(kernel "situ_and_mul", '
 Q = '(kernel "per_token_group_quant", '

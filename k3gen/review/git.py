@@ -206,14 +206,21 @@ def changed_paths(root: Path, rev: str) -> list[str]:
 
 
 def _impact(root: Path, short: str, report: DiffReport, old_plans, new_plans):
-    from k3gen.review.impact import select
+    from k3gen.review.impact import Project, select
 
     plans = {p.name: p for p in (*old_plans, *new_plans)}
     templates: dict[str, list[str]] = {}
+    owners: dict[str, list[str]] = {}
     for p in plans.values():
         templates.setdefault(p.spec.template, []).append(p.name)
+        # The runner table's generated lookup and test are its front family's (k3gen.render).
+        runner_files = (p.runners_file, "generated/k3kernels/runners.py", "generated/tests/test_runners.py")
+        tables = [p.tuning.table_file] if p.tuning is not None and p.tuning.table_file else []
+        for path in (p.file, *tables, *(runner_files if p.runners_file else ())):
+            owners.setdefault(path, []).append(p.name)
     touched = [f.family for f in report.families] + report.families_added + report.families_removed
-    return select(root, changed_paths(root, short), touched, sorted(plans), templates)
+    project = Project(sorted(plans), templates, {k: sorted(set(v)) for k, v in owners.items()})
+    return select(root, changed_paths(root, short), touched, project)
 
 
 def _own_code(old_root: Path) -> bool:

@@ -23,15 +23,13 @@ from pathlib import Path
 # Paths every test depends on: the generator and runtime, the test harness, the build and CI setup.
 # A changed test module is no such path: it selects itself.
 HARNESS = ("k3gen/**", "pyproject.toml", ".ci/**", "tests/**", "generated/tests/conftest.py")
-# Generated files of one family, by the names k3gen.render gives them.
+# Generated files of one family, by the names k3gen.render gives them (its spec files: `owners`).
 FAMILY_FILES = (
     "generated/k3kernels/csrc/{f}/**",
     "generated/k3kernels/{f}.py",
     "generated/k3kernels/tuning/{f}.json",
     "generated/docs/{f}.md",
     "generated/tests/test_{f}.py",
-    "specs/{f}.yaml",
-    "specs/tuning/{f}.*.yaml",
 )
 # Generated files no kernel reads: a change to them alone touches no family.
 INERT = ("generated/MANIFEST", "generated/docs/README.md")
@@ -103,30 +101,36 @@ def _harness(path: str) -> bool:
     return matches(path, HARNESS) and not matches(path, ("tests/test_*.py",))
 
 
-def families_of(path: str, families: list[str], templates: dict[str, list[str]]) -> list[str] | None:
+@dataclass(frozen=True)
+class Project:
+    """What the plans say of the files: every family of either side, the families of each template
+    folder, and of each other path a plan names (its spec, tuning tables, runner table)."""
+
+    families: list[str]
+    templates: dict[str, list[str]]
+    owners: dict[str, list[str]]
+
+
+def families_of(path: str, project: Project) -> list[str] | None:
     """The families a changed path belongs to; None if it is no family's (a shared file)."""
     if path.startswith("templates/"):
         folder = path.split("/")[1] if path.count("/") >= 2 else None
-        return list(families) if folder == "common" else templates.get(folder, [])
-    own = [f for f in families if matches(path, tuple(g.format(f=f) for g in FAMILY_FILES))]
+        return list(project.families) if folder == "common" else project.templates.get(folder, [])
+    if path in project.owners:
+        return project.owners[path]
+    own = [f for f in project.families if matches(path, tuple(g.format(f=f) for g in FAMILY_FILES))]
     return own or None
 
 
-def select(
-    root: Path,
-    changed: list[str],
-    touched: list[str],
-    families: list[str],
-    templates: dict[str, list[str]],
-) -> TestImpact:
-    """changed: paths relative to root; touched: the families the plan diff names; families: every
-    family of either side; templates: template folder -> its families."""
+def select(root: Path, changed: list[str], touched: list[str], project: Project) -> TestImpact:
+    """changed: paths relative to root; touched: the families the plan diff names."""
+    families = project.families
     modules = test_modules(root)
     declared = [g for m in modules if m.reads is not None for g in m.reads]
     shared = []  # changed paths that are no family's: they touch every family's generated tests
     fams = set(touched)
     for path in changed:
-        owners = families_of(path, families, templates)
+        owners = families_of(path, project)
         if owners is None:
             if not matches(path, INERT) and path.startswith(("generated/", "templates/")):
                 shared.append(path)
@@ -136,7 +140,7 @@ def select(
         (
             f"{p} is the generator or the test harness" if _harness(p) else f"no test declares that it reads {p}"
             for p in changed
-            if _harness(p) or not matches(p, tuple(declared))
+            if _harness(p) or not (matches(p, INERT) or matches(p, tuple(declared)))
         ),
         None,
     )
@@ -152,11 +156,11 @@ def select(
         else:
             impact.unaffected.append((path, f"{f}: no spec, table, template or generated file of it changed"))
     for m in modules:
-        _place(impact, m, changed, families, templates)
+        _place(impact, m, changed, project)
     return impact
 
 
-def _place(impact: TestImpact, m: TestModule, changed, families, templates) -> None:
+def _place(impact: TestImpact, m: TestModule, changed: list[str], project: Project) -> None:
     if impact.everything:
         impact.selected.append(Selected(m.path, impact.everything))
         return
@@ -165,11 +169,12 @@ def _place(impact: TestImpact, m: TestModule, changed, families, templates) -> N
         return
     hits = [p for p in changed if matches(p, m.reads)]
     if not hits:
-        impact.unaffected.append((m.path, f"reads {', '.join(m.reads[1:])}: none of it changed"))
+        what = ", ".join(m.reads[1:]) or "nothing besides k3gen/ and tests/"
+        impact.unaffected.append((m.path, f"reads {what}: none of it changed"))
         return
     hits.sort(key=lambda p: matches(p, INERT))  # name a path that matters first
     why = f"reads {hits[0]}" + (f" and {len(hits) - 1} more changed paths" if len(hits) > 1 else "")
-    owners = [families_of(p, families, templates) for p in hits if not matches(p, INERT)]
+    owners = [families_of(p, project) for p in hits if not matches(p, INERT)]
     if m.family_scoped and owners and all(o is not None for o in owners):
         scoped = sorted({f for o in owners for f in o})
         impact.selected.append(Selected(m.path, f"{why}; only the tests of {', '.join(scoped)}", tuple(scoped)))
