@@ -1,4 +1,4 @@
-"""The k3gen command: build, check, list, validate, schema, compile, package, diff, new.
+"""The k3gen command: build, check, list, validate, schema, compile, package, diff, test, new.
 
 Flow: load (k3gen.spec.load) → resolve (k3gen.plan) → render (k3gen.render) → key (k3gen.render.keys) →
 write (k3gen.ship.tree). Exit codes: 0 ok; 1 generated/ is stale or a budget is exceeded (check, diff

