@@ -4,7 +4,7 @@ torch.compile of the oracle, all measured in one run (CUDA graphs, medians).
     python bench/bench.py [--family situ_and_mul] [--out DIR]
 
 Writes <out>/<family>.json and <out>/<family>.png (default out: bench/results/<device>/, the device
-named by common.device_slug, e.g. bench/results/h200/) and prints a table with the targets. Then
+named by k3gen.runtime.devices.device_slug, e.g. bench/results/h200/) and prints a table with the targets. Then
 `python bench/summary.py` renders bench/results/README.md from every device's JSON.
 """
 
@@ -35,13 +35,13 @@ from common import (  # noqa: E402
     SITU_MS,
     SITU_PAIRS,
     bandwidth_verdict,
-    device_slug,
     measure,
     router_ms,
     time_graph_us,
 )
 
 from k3gen.oracles.vocabulary import torch_dtype  # noqa: E402
+from k3gen.runtime.devices import device_slug  # noqa: E402
 
 
 def bench_situ_and_mul() -> tuple[list[dict], list[str]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import statistics
 
 import torch
@@ -21,24 +20,6 @@ PTGQ_CASES = tuple(
 PTGQ_MS = (1, 128, 4096, 16384)
 RQF_SHAPE = (896, 16, 3584)  # E, K, hidden
 RQF_MS = (1, 16, 64, 128, 256, 1024)
-
-
-# Words of a GPU's name that say nothing about which GPU it is.
-VENDOR_WORDS = {"nvidia", "amd", "geforce", "tesla", "instinct", "radeon"}
-# A name's words from the first of these on say its memory or form factor, not the GPU.
-VARIANT_WORDS = re.compile(r"\d+gb|pcie|sxm\d*|hbm\d*e?|nvl\d*")
-
-
-def device_slug(name: str) -> str:
-    """The results folder of a GPU, from torch.cuda.get_device_name: 'NVIDIA H200' -> 'h200',
-    'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA GeForce RTX 4090' -> 'rtx-4090'."""
-    words = [w for w in re.findall(r"[a-z0-9]+", name.lower()) if w not in VENDOR_WORDS]
-    kept = []
-    for w in words:
-        if VARIANT_WORDS.fullmatch(w):
-            break
-        kept.append(w)
-    return "-".join(kept or words) or "gpu"
 
 
 def router_ms(name: str, num_experts: int) -> tuple[int, ...]:

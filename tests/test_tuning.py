@@ -245,7 +245,9 @@ def test_knob_errors_are_located(tmp_path, capsys, tuning, message):
 
 def test_device_slug_names_the_table_file():
     assert tuning_run.device_slug("NVIDIA H200") == "h200"
-    assert tuning_run.device_slug("AMD Instinct MI300X") == "instinct_mi300x"
+    assert tuning_run.device_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert tuning_run.device_slug("AMD Instinct MI300X") == "mi300x"
+    assert tuning_run.device_slug("NVIDIA GeForce RTX 4090") == "rtx_4090"
 
 
 def test_a_table_whose_file_name_is_not_family_dot_device_is_refused(tmp_path, capsys):

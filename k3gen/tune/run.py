@@ -22,7 +22,6 @@ import datetime
 import importlib
 import json
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -31,6 +30,7 @@ import time
 import zlib
 from pathlib import Path
 
+from k3gen.runtime.devices import device_slug
 from k3gen.runtime.files import write_if_changed
 from k3gen.tune import table
 
@@ -54,12 +54,6 @@ def _import_generated():
 
 def families() -> list[str]:
     return sorted(p.stem for p in (GENERATED / "k3kernels" / "tuning").glob("*.json"))
-
-
-def device_slug(name: str) -> str:
-    """'NVIDIA H200' -> 'h200': the device part of a table's file name."""
-    name = re.sub(r"^(nvidia|amd)\s+", "", name.strip().lower())
-    return re.sub(r"[^a-z0-9]+", "_", name).strip("_") or "gpu"
 
 
 def time_graph_us(fn, replays: int) -> float:
