@@ -214,6 +214,36 @@ def routers_speed_section(root: Path, device: str) -> str:
     return "\n".join([f"`{RESULTS}/{device}/routers.json` ({_said(data)}; bf16 scores):", "", *out]) + "\n"
 
 
+def goals_section(root: Path, device: str) -> str:
+    """Each goal bench/bench.py holds for this device, met or missed: the routers' (the stricter of the
+    peer and a stated goal) and route_quant_fused's (route_topk timed in the same run, plus a margin)."""
+    out = ["| kernel | M | k3gen | peer | goal | |", "| --- | --- | --- | --- | --- | --- |"]
+    said = None
+    for name in ("routers", "route_quant_fused"):
+        data = _results(root, device, name)
+        if data is None:
+            continue
+        said = said or _said(data)
+        for r in data["rows"]:
+            if r.get("goal_us") is None:
+                continue
+            kernel = r["family"] if name == "routers" else f"route_quant_fused ({r['dtypes']})"
+            peer = r.get("peer_us")
+            if peer is not None:
+                peer_said = f"{_us(peer)} µs"
+            else:
+                peer_said = f"route_topk {_us(r['route_topk_us'])} µs" if "route_topk_us" in r else "—"
+            verdict = "met" if r["us"] <= r["goal_us"] else "missed"
+            out.append(
+                f"| {kernel} | {r['M']} | {_us(r['us'])} µs | {peer_said} | ≤ {_us(r['goal_us'])} µs | {verdict} |"
+            )
+    if said is None:
+        return f"No committed results (`{RESULTS}/{device}/`).\n"
+    met = sum(line.endswith("| met |") for line in out)
+    head = f"`{RESULTS}/{device}/` ({said}): {met} of {len(out) - 2} goals met."
+    return "\n".join([head, "", *out]) + "\n"
+
+
 def _summary_rows(root: Path, device: str) -> list[tuple[str, str, dict[int, dict]]]:
     """(family, case, {M: row}): every router of routers.json, then the first case of each other
     family's file (route_topk.json repeats a router of routers.json, host.json is no kernel)."""
@@ -337,7 +367,8 @@ def spec_fields_section(root: Path) -> str:
 
 
 SECTIONS = (
-    "compile, families, routers, spec_fields, host DEVICE, routers_speed DEVICE, summary DEVICE, bench_<family> DEVICE"
+    "compile, families, routers, spec_fields, host DEVICE, routers_speed DEVICE, summary DEVICE, goals DEVICE, "
+    "bench_<family> DEVICE"
 )
 
 
@@ -357,6 +388,8 @@ def render_section(root: Path, name: str, device: str | None, here: str = README
             return host_section(root, device)
         if name == "summary":
             return summary_section(root, device, here)
+        if name == "goals":
+            return goals_section(root, device)
         if name.startswith("bench_"):
             return bench_section(root, device, name.removeprefix("bench_"))
     raise ValueError(f"{here}: no figures section '{name}{' ' + device if device else ''}'; known: {SECTIONS}")
