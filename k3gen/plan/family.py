@@ -3,7 +3,7 @@
 Every value here is computed by k3gen.plan.resolve from a loaded spec (and, for the runner table's
 front, from the family its contract names): the variants and their switch keys, the parsed gates,
 dims, selects and tensor shapes (k3gen.spec.exprs), the Args layout with where each field comes from,
-the call's parameters in order, the routing of each backend, the tuning table's picks and what it
+the call's parameters in order, the routing of each backend, each device's tuning table's picks and what it
 claims to have measured, the build's sources, headers and defines. Render spells these fields
 (k3gen.render.cpp, k3gen.render.python) into the views templates read; it resolves, parses and
 checks nothing itself.
