@@ -123,7 +123,15 @@ def cmd_check(root: Path, args) -> int:
     return 0
 
 
-LIST_HEADER = ("identity", "backend", "params", "unit key", "library key")
+LIST_HEADER = ("identity", "backend", "params", "tuning tables", "unit key", "library key")
+
+
+def _tables_text(p) -> str:
+    """The devices a family has tuning tables for, and the fallback (`-`: the spec declares no knobs)."""
+    if p.tuning is None:
+        return "-"
+    text = ",".join(p.tuning.devices) or "none"
+    return text + (f" (fallback {p.tuning.fallback})" if p.tuning.fallback else "")
 
 
 def cmd_list(root: Path, args) -> int:
@@ -138,7 +146,7 @@ def cmd_list(root: Path, args) -> int:
         for sp in p.specializations:
             lib = by_arch[(p.name, sp.arch)]
             unit = next(u for u in lib.units if u.identity == sp.identity)
-            rows.append((sp.identity, sp.backend, sp.variant.label, unit.key[:16], lib.key[:16]))
+            rows.append((sp.identity, sp.backend, sp.variant.label, _tables_text(p), unit.key[:16], lib.key[:16]))
     widths = [max(len(r[i]) for r in [*rows, LIST_HEADER]) for i in range(len(LIST_HEADER))]
     for r in [LIST_HEADER, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

@@ -150,9 +150,19 @@ def test_generated_files_hold_no_absolute_paths_and_no_timestamps(project: Path)
 def test_list_prints_one_row_per_specialization(project: Path, capsys):
     assert k3gen(project, "list") == 0
     lines = capsys.readouterr().out.splitlines()
-    identities = [sp.identity for p in resolve_all(load_specs(project), project) for sp in p.specializations]
-    assert lines[0].split() == ["identity", "backend", "params", "unit", "key", "library", "key"]
+    plans = resolve_all(load_specs(project), project)
+    identities = [sp.identity for p in plans for sp in p.specializations]
+    assert lines[0].split() == ["identity", "backend", "params", "tuning", "tables", "unit", "key", "library", "key"]
     assert [line.split()[0] for line in lines[1:-1]] == identities
+    start, end = lines[0].index("tuning tables"), lines[0].index("unit key")
+
+    def tables(p) -> str:  # the devices with a table, and the fallback; "-" without knobs
+        if p.tuning is None:
+            return "-"
+        fallback = f" (fallback {p.tuning.fallback})" if p.tuning.fallback else ""
+        return (",".join(p.tuning.devices) or "none") + fallback
+
+    assert [line[start:end].strip() for line in lines[1:-1]] == [tables(p) for p in plans for _ in p.specializations]
     assert lines[-1] == f"{len(identities)} specializations"
 
 

@@ -4,8 +4,8 @@ the project's own tests green: the tests pin no committed spec text, they read w
 The edits (README "Adding a dtype and a router", docs/spec-reference.md, docs/tuning.md,
 docs/serving.md): a dtype on a router's score axis, an arch on per_token_group_quant's CUDA targets
 (sm_89: no PDL) and on situ_and_mul's (the newest, PDL on), a group size, a runner in
-specs/runners.yaml, a new router spec, a tuning bucket. Each is made by field (tests/spec_yaml.py),
-on whatever the specs hold. Then `k3gen build`, the figures (`python bench/summary.py`), `k3gen
+specs/runners.yaml, a new router spec, a tuning bucket, a tuning fallback. Each is made by field
+(tests/spec_yaml.py), on whatever the specs hold. Then `k3gen build`, the figures (`python bench/summary.py`), `k3gen
 check`, and `k3gen test` on the copy: the tests of tests/ that read what the edits changed, and the
 edited families' generated tests, with pytest, exactly as a contributor's PR runs them.
 """
@@ -96,7 +96,28 @@ def _bucket(root: Path) -> str:
     return f"situ_and_mul: bucket M <= {new}"
 
 
-EDITS = (_arch_on_quant, _newest_arch_on_situ, _group_size, _router_dtype, _runner, _new_router, _bucket)
+def _fallback(root: Path) -> str:
+    """A declared nearest device (docs/tuning.md, A table per device): route_topk's first table serves a
+    GPU with none of its own."""
+    tables = sorted((root / "specs/tuning").glob("route_topk.*.yaml"))
+    if not tables:
+        return "route_topk: no table to fall back on"
+    device = tables[0].name.split(".")[1]
+    spec = root / "specs/route_topk.yaml"
+    spec_yaml.put(spec, ("tuning",), {**spec_yaml.get(spec, ("tuning",)), "fallback": device})
+    return f"route_topk: tuning.fallback {device}"
+
+
+EDITS = (
+    _arch_on_quant,
+    _newest_arch_on_situ,
+    _group_size,
+    _router_dtype,
+    _runner,
+    _new_router,
+    _bucket,
+    _fallback,
+)
 # Left out of the copy's run: they compile (10 minutes for these edits' units on CI's 2 cores), and
 # what they compile is the plan's cells, which pin nothing. tests/test_spec_edits.py compiles the
 # units such edits add; the committed tree's run compiles every unit.

@@ -106,8 +106,8 @@ def _generated_tests(root: Path, family: str, select: str) -> subprocess.Complet
 @pytest.mark.parametrize("family, edit, select", EDITS, ids=[e[0] for e in EDITS])
 def test_a_new_cell_builds_untuned_beside_the_committed_table(repo, capsys, family, edit, select):
     before_plan = _plan(repo, family)
-    table, device = before_plan.tuning.table_file, before_plan.tuning.device
-    if table is None:
+    tables = before_plan.tuning.tables
+    if not tables:
         pytest.skip(f"{family} has no tuning table to build beside")
     if any(select in v.name for v in before_plan.variants):
         pytest.skip(f"{family} already generates a {select} cell")
@@ -119,20 +119,23 @@ def test_a_new_cell_builds_untuned_beside_the_committed_table(repo, capsys, fami
     added = sorted({v.name for v in _plan(repo, family).variants} - {v.name for v in before_plan.variants})
     assert added and all(select in v for v in added), added
     variant = added[0]
-    note = next(line for line in err.splitlines() if line.startswith(f"note: {table}:"))
-    assert f'(kernel "{family}", picks): ' in note and "no pick: " in note and variant in note
-    assert f"until `k3gen tune --family {family}` runs on {device}" in note
+    for tb in tables:  # one line per device's table
+        note = _table_note(err, tb.file)
+        assert f'(kernel "{family}", picks): ' in note and "no pick: " in note and variant in note
+        assert f"until `k3gen tune --family {family}` runs on {tb.device_name}" in note
     rc, out, err = _run(repo, capsys, "check")
     assert rc == 0 and "k3gen check: generated/ is up to date" in out, err
     csrc = repo / "generated/k3kernels/csrc" / family
-    assert "k3::untuned_config(" in (csrc / f"{variant}.cu").read_text()
+    untuned = ", ".join(["false"] * len(tables))  # no row of any device's table has a pick for it
+    assert f"static constexpr bool tuned[tables] = {{{untuned}}};" in (csrc / f"{variant}.cu").read_text()
     for name, text in before.items():  # the tuned variants keep their units, picks included
         assert (csrc / name).read_text() == text, name
     done = _generated_tests(repo, family, select)
     assert done.returncode == 0 and " passed" in done.stdout.splitlines()[-1], done.stdout[-3000:] + done.stderr
     rc, out, err = _run(repo, capsys, "diff", "HEAD")
     assert rc == 0, err
-    assert f"  untuned {variant}: added: untuned (default config): no pick in {table}" in out
+    for tb in tables:
+        assert f"  untuned {variant} on {tb.device}: added: untuned (default config): no pick in {tb.file}" in out
 
 
 QUANT = "per_token_group_quant"
@@ -244,7 +247,7 @@ def test_new_knobs_leave_the_table_stale_not_malformed(repo, capsys, drop):
     rc, _, err = _run(repo, capsys, "build")
     assert rc == 0, err
     n = len(plan.variants)
-    note = _table_note(err, plan.tuning.table_file)
+    note = _table_note(err, plan.tuning.tables[0].file)
     assert f"{n} of {n} variants untuned (stale: " in note, note
     rc, out, err = _run(repo, capsys, "check")
     assert rc == 0 and "k3gen check: generated/ is up to date" in out, err
@@ -259,7 +262,8 @@ def test_a_pick_of_no_candidate_config_is_malformed(repo, capsys, stale):
     if stale:
         buckets = spec_yaml.get(spec, ("tuning", "buckets"))
         spec_yaml.put(spec, ("tuning", "buckets"), [buckets[0], (buckets[0] + buckets[1]) // 2 + 1, *buckets[1:]])
-    table = repo / plan.tuning.table_file
+    file = plan.tuning.tables[0].file
+    table = repo / file
     text = table.read_text()
     row = re.search(r'"config": \{[^}]*"block_threads": (\d+)', text)
     table.write_text(text[: row.start(1)] + "96" + text[row.end(1) :])
@@ -267,4 +271,4 @@ def test_a_pick_of_no_candidate_config_is_malformed(repo, capsys, stale):
     rc, _, err = _run(repo, capsys, "build")
     assert rc == 2
     configs = len(plan.tuning.configs)
-    assert f"{plan.tuning.table_file}:{line} (" in err and f"is none of the {configs} configs its row timed" in err, err
+    assert f"{file}:{line} (" in err and f"is none of the {configs} configs its row timed" in err, err

@@ -63,6 +63,15 @@ def test_a_family_edit_selects_its_tests_and_the_readers_of_what_changed(root):
     assert impact.scope() == "tests/test_compile_like.py=alpha"
 
 
+def test_every_devices_table_is_its_familys(root):
+    """A table of any device belongs to its family, one neither plan names (a new or unreadable one) too."""
+    for table in ("specs/tuning/alpha.h100.yaml", "specs/tuning/alpha.h200.yaml", "specs/tuning/beta.mi300x.yaml"):
+        family = table.split("/")[-1].split(".")[0]
+        impact = select(root, [table], [], PROJECT)
+        assert impact.everything is None and impact.families == [family], table
+        assert f"generated/tests/test_{family}.py" in _selected(impact), table
+
+
 def test_a_template_edit_touches_the_families_rendered_from_it(root):
     impact = select(root, ["templates/beta_t/kernel.cuh.j2"], [], PROJECT)
     assert impact.families == ["beta"]

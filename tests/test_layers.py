@@ -41,7 +41,7 @@ RENDER_MAY_NOT = (
     "k3gen.spec.scopes",
     "k3gen.spec.meaning",
 )
-RENDER_MAY_NOT_NAMES = {"parse_expr", "resolve_all", "resolve_family", "load_specs", "read_table", "read_limits"}
+RENDER_MAY_NOT_NAMES = {"parse_expr", "resolve_all", "resolve_family", "load_specs", "read_tables", "read_limits"}
 
 
 def modules() -> dict[str, Path]:

@@ -108,8 +108,8 @@ def test_the_routing_choice_is_part_of_the_cache_key(loaded):
 
     def keys(spec) -> dict[str, str]:
         plan = resolve_family(spec, ROOT)
-        # Without the tuning table: it measured the bundled sigmoid, so the twin's render refuses it.
-        plan.tuning = dataclasses.replace(plan.tuning, table_file=None, picks={}, claims={})
+        # Without the tuning tables: they measured the bundled sigmoid, so the twin's render refuses them.
+        plan.tuning = dataclasses.replace(plan.tuning, tables=())
         files = render_family(make_env(ROOT), plan, "")
         files.update(dict.fromkeys(SHARED_HEADERS, ""))  # shared by both sides: their bytes do not matter here
         return {u.identity: u.key for lib in libraries([plan], files) for u in lib.units}

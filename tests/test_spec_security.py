@@ -1063,6 +1063,18 @@ ROUTING = [
     ),
     R(
         "routing",
+        "tuning-fallback-payload",  # the wrapper spells it, so it is a device's short name or refused
+        append(
+            'tuning: {knobs: {block_threads: [256, 128]}, buckets: [1, 1024], fallback: "h100\\"); k3_pwned(\\""}\n',
+            file=RT,
+        ),
+        EDITED,
+        "tuning.fallback",
+        file=RT,
+        kind="front",
+    ),
+    R(
+        "routing",
         "runner-check-scalar-payload",
         sub(
             "scalars: {beta: 4.0, linear_beta: 25.0}",

@@ -90,6 +90,7 @@ ARGS_FIELDS = [
     ("out_scale", ctypes.c_void_p),
     ("M", ctypes.c_int64),
     ("K", ctypes.c_int64),
+    ("k3_device_table", ctypes.c_int32),
 ]
 # The build: translation units and headers per backend (relative to csrc/per_token_group_quant/), defines per arch.
 SOURCES = {
@@ -241,6 +242,11 @@ MODULE = rt.FamilyModule(
     arch_defines=ARCH_DEFINES,
     package_file=__file__,
 )
+# The tuning tables compiled into the variant units, device -> file, in row order: a call passes the
+# row of its GPU's table (k3gen.runtime.tables), else the fallback's (the spec's `tuning.fallback`), else
+# none, and the spec's default config runs.
+TUNING_TABLES = {"h200": "specs/tuning/per_token_group_quant.h200.yaml"}
+TABLES = rt.DeviceTables(FAMILY, TUNING_TABLES, fallback=None)
 # The calls (k3gen.runtime.fastpath): checked ones launched, and cached by signature when the gates
 # read pointers only modulo an alignment.
 _FAST = rt.FastPath(MODULE, POINTERS, OUTPUT_SLOTS, align=16)
@@ -300,6 +306,7 @@ def _resolve(
         out_scale=rt.data_ptr(out_scale),
         M=M,
         K=K,
+        k3_device_table=TABLES.row(device),
     )
     return key, args, (out, out_scale)
 

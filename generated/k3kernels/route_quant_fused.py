@@ -56,6 +56,7 @@ ARGS_FIELDS = [
     ("topk_group", ctypes.c_int32),
     ("renormalize", ctypes.c_int32),
     ("routed_scaling_factor", ctypes.c_float),
+    ("k3_device_table", ctypes.c_int32),
 ]
 # The build: translation units and headers per backend (relative to csrc/route_quant_fused/), defines per arch.
 SOURCES = {
@@ -122,6 +123,11 @@ MODULE = rt.FamilyModule(
     arch_defines=ARCH_DEFINES,
     package_file=__file__,
 )
+# The tuning tables compiled into the variant units, device -> file, in row order: a call passes the
+# row of its GPU's table (k3gen.runtime.tables), else the fallback's (the spec's `tuning.fallback`), else
+# none, and the spec's default config runs.
+TUNING_TABLES = {"h200": "specs/tuning/route_quant_fused.h200.yaml"}
+TABLES = rt.DeviceTables(FAMILY, TUNING_TABLES, fallback=None)
 # The calls (k3gen.runtime.fastpath): checked ones launched, and cached by signature when the gates
 # read pointers only modulo an alignment.
 _FAST = rt.FastPath(MODULE, POINTERS, OUTPUT_SLOTS, align=16)
@@ -207,6 +213,7 @@ def _resolve(
         topk_group=topk_group if topk_group is not None else 0,
         renormalize=renormalize if renormalize is not None else 0,
         routed_scaling_factor=routed_scaling_factor if routed_scaling_factor is not None else 0,
+        k3_device_table=TABLES.row(device),
     )
     return key, args, (out_weights, out_ids, out_q, out_scale)
 

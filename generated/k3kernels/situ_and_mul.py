@@ -51,6 +51,7 @@ ARGS_FIELDS = [
     ("D", ctypes.c_int64),
     ("beta", ctypes.c_float),
     ("linear_beta", ctypes.c_float),
+    ("k3_device_table", ctypes.c_int32),
 ]
 # The build: translation units and headers per backend (relative to csrc/situ_and_mul/), defines per arch.
 SOURCES = {
@@ -110,6 +111,11 @@ MODULE = rt.FamilyModule(
     arch_defines=ARCH_DEFINES,
     package_file=__file__,
 )
+# The tuning tables compiled into the variant units, device -> file, in row order: a call passes the
+# row of its GPU's table (k3gen.runtime.tables), else the fallback's (the spec's `tuning.fallback`), else
+# none, and the spec's default config runs.
+TUNING_TABLES = {"h200": "specs/tuning/situ_and_mul.h200.yaml"}
+TABLES = rt.DeviceTables(FAMILY, TUNING_TABLES, fallback=None)
 # The calls (k3gen.runtime.fastpath): checked ones launched, and cached by signature when the gates
 # read pointers only modulo an alignment.
 _FAST = rt.FastPath(MODULE, POINTERS, OUTPUT_SLOTS, align=16)
@@ -156,6 +162,7 @@ def _resolve(x, beta, linear_beta=None, out=None, *, out_dtype=None, fake=False)
         D=D,
         beta=beta,
         linear_beta=linear_beta if linear_beta is not None else 0,
+        k3_device_table=TABLES.row(device),
     )
     return key, args, (out,)
 

@@ -3,7 +3,7 @@
 Every value here is computed by k3gen.plan.resolve from a loaded spec (and, for the runner table's
 front, from the family its contract names): the variants and their switch keys, the parsed gates,
 dims, selects and tensor shapes (k3gen.spec.exprs), the Args layout with where each field comes from,
-the call's parameters in order, the routing of each backend, the tuning table's picks and what it
+the call's parameters in order, the routing of each backend, each device's tuning table's picks and what it
 claims to have measured, the build's sources, headers and defines. Render spells these fields
 (k3gen.render.cpp, k3gen.render.python) into the views templates read; it resolves, parses and
 checks nothing itself.
@@ -23,10 +23,15 @@ KERNEL_HEADER = "{name}.cuh"
 TU_EXT = UNIT_EXT  # a translation unit's extension per backend (the runtime's own table)
 
 
+# The Args field of a tuned family that holds the row of the device's tuning table (-1: none).
+DEVICE_TABLE_FIELD = "k3_device_table"
+
+
 @dataclass(frozen=True)
 class ArgField:
     """One field of the family's C args struct, filled by the host wrapper from `source`: `tensor`
-    (its data pointer), `stride0` (the row stride of `of`), `dim`, `scalar` or `optional_scalar`."""
+    (its data pointer), `stride0` (the row stride of `of`), `dim`, `scalar`, `optional_scalar` or
+    `device_table` (the row of the tuning table of the call's device: k3gen.runtime.tables)."""
 
     name: str
     kind: str  # ptr, mut_ptr, i64, i32, f32 (k3gen.render.cpp.ARG_CTYPES)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from k3gen.plan import tuning
 from k3gen.plan.family import (
+    DEVICE_TABLE_FIELD,
     KERNEL_HEADER,
     TU_EXT,
     ArgField,
@@ -132,7 +133,7 @@ def resolve_family(ls: LoadedSpec, root: Path, lenient_tables: bool = False) -> 
         },
         limits=read_limits(root, s.template)[0],
         located=ls.located,
-        tuning=tuning.read_table(s, ls.file, root, [v.name for v in variants], lenient_tables),
+        tuning=tuning.read_tables(s, ls.file, root, [v.name for v in variants], lenient_tables, ls.located),
         runners=list(runners),
         runners_file=ls.runners.file if ls.runners else "",
     )
@@ -169,6 +170,8 @@ def _arg_fields(s: KernelSpec) -> list[ArgField]:
     fields += [
         ArgField(n, sc.type, "optional_scalar" if sc.optional else "scalar") for n, sc in s.signature.scalars.items()
     ]
+    if s.tuning is not None:  # the row of the GPU's tuning table (k3gen.plan.tuning); k3 names are no spec's
+        fields.append(ArgField(DEVICE_TABLE_FIELD, "i32", "device_table"))
     return fields
 
 

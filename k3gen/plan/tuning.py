@@ -1,28 +1,35 @@
-"""Tunables (issue 13): a spec's knobs, the configs they span, and the checked-in table of picks.
+"""Tunables (issue 13): a spec's knobs, the configs they span, and the checked-in tables of picks.
 
 The spec's `tuning:` names knobs (constants the template reads, each with its candidates) and the
 buckets of M. Every candidate config is a set of template arguments, compiled into each variant's
 unit like the dtypes; `specs/tuning/<family>.<device>.yaml`, written by `k3gen tune` on a GPU
-(k3gen.tune.run) and reviewed like a spec, picks one config per variant and bucket.
+(k3gen.tune.run) and reviewed like a spec, picks one config per variant and bucket for that device.
+
+A family has a table per device it was tuned on (none, one or several), in device order. Every
+variant unit compiles the picks of every table, a row each, and the wrapper passes the row of the
+GPU a call runs on (k3gen.runtime.tables): the table whose device is that GPU's short name
+(k3gen.runtime.devices.device_slug), else the one the spec's `tuning.fallback` declares, else none
+and the spec's default config runs.
 
 A table never blocks a build (issue 25). Each variant's entry names the identity of what was
 measured: the family's rendered kernel code (kernel header and backend primitives, not the units
 that hold the picks), its knobs, configs, buckets and test shape, and the variant itself (dtypes,
 params, flags, vector width). A variant with no entry, or whose identity is no longer the current
-one (the kernel, the knobs or their candidates, or the variant changed since), is *untuned*: it runs
-the spec's default config, and `k3gen build`, `k3gen check` and `k3gen diff` say so, one located line
-per family. What stays a located error is a table that is not a table: malformed, a pick that is none
-of the configs its row timed (a hand edit, in a stale entry too), a variant the family does not generate,
-a second table of one family, or a table of no family.
+one (the kernel, the knobs or their candidates, or the variant changed since), is *untuned* in that
+table: on that device it runs the spec's default config, and `k3gen build`, `k3gen check` and `k3gen
+diff` say so, one located line per table. What stays a located error is a table that is not a
+table: malformed, a pick that is none of the configs its row timed (a hand edit, in a stale entry
+too), a variant the family does not generate, a file name that is not FAMILY.DEVICE.yaml, a table of
+no family; and a `tuning.fallback` that names no table of the family.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from k3gen.runtime.devices import SHORT_NAME, device_slug
 from k3gen.runtime.files import Refused, read_text
 from k3gen.spec.bounds import MAX_TABLE_BYTES, MAX_TABLE_NODES
 from k3gen.spec.errors import SpecError, SpecErrors
@@ -31,37 +38,55 @@ from k3gen.spec.yaml_lines import LocatedData, parse_yaml
 from k3gen.tune.table import FORMAT, KEYS  # the format's one home: its writer is beside them
 
 TABLE_DIR = "specs/tuning"
-DEVICE = re.compile(r"[a-z0-9_]{1,64}")  # the device part of a table's file name (k3gen.tune.run.device_slug)
+DEVICE = SHORT_NAME  # the device part of a table's file name
 NO_TABLE, NO_PICK, STALE = "no table", "no pick", "stale"
 
 
 @dataclass(frozen=True)
-class Tuning:
-    """A family's resolved tunables: configs (0 is the spec's default) and the picks of its table.
+class Table:
+    """What one device's table of a family says: `specs/tuning/<family>.<device>.yaml`.
 
-    `picks` and `claims` are what the table says; `settled()` keeps the picks whose claim is the
-    current identity and names every other variant in `untuned` (variant -> NO_TABLE, NO_PICK or STALE).
+    `picks` and `claims` are what the file says; after Tuning.settled(), `picks` keeps the picks whose
+    claim is the current identity and `untuned` names every other variant (NO_PICK or STALE).
+    """
+
+    device: str  # the file name's DEVICE: the short name of the GPU it was tuned on
+    file: str
+    device_name: str = ""  # that GPU as the table names it (torch.cuda.get_device_name)
+    picks: dict = field(default_factory=dict)  # variant name -> config index per bucket
+    claims: dict = field(default_factory=dict)  # variant name -> the identity the table says it measured
+    located: LocatedData | None = None
+    untuned: dict = field(default_factory=dict)  # after settled(): variant -> why it runs the default here
+
+    def tuned(self, variant: str) -> bool:
+        return variant in self.picks
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """A family's resolved tunables: configs (0 is the spec's default) and its tables, one per device.
+
+    `untuned` (after settled()) names every variant when the family has no table at all (NO_TABLE);
+    with tables, each table names its own untuned variants.
     """
 
     knobs: list[str]
     configs: list[dict]  # config index -> {knob: value}
     buckets: list[int]  # upper bounds of M, increasing
     shape: dict  # the other dims the tuner times at (the largest test size of each)
-    table_file: str | None = None  # specs/tuning/<family>.<device>.yaml; None: no table yet
-    picks: dict = field(default_factory=dict)  # variant name -> config index per bucket
-    claims: dict = field(default_factory=dict)  # variant name -> the identity the table says it measured
-    device: str = ""
-    located: LocatedData | None = None
-    untuned: dict = field(default_factory=dict)  # after settled(): variant -> why it runs the default
+    tables: tuple[Table, ...] = ()  # by device name; the row a variant unit compiles for each, in this order
+    fallback: str | None = None  # the device whose table serves a GPU with none of its own (the spec's)
+    untuned: dict = field(default_factory=dict)  # after settled(): variant -> NO_TABLE when there is no table
     current: dict = field(default_factory=dict)  # after settled(): variant -> its identity now
-    unreadable: str = ""  # read leniently (an older revision's table): the file this k3gen could not read
+    unreadable: tuple[str, ...] = ()  # read leniently (an older revision's tables): the files left out
 
-    def bucket_configs(self, variant: str) -> list[int]:
-        """The config of each bucket for one variant: the table's picks, else the default."""
-        return self.picks.get(variant, [0] * len(self.buckets))
+    @property
+    def devices(self) -> list[str]:
+        return [t.device for t in self.tables]
 
-    def tuned(self, variant: str) -> bool:
-        return variant in self.picks
+    def bucket_configs(self, table: Table, variant: str) -> list[int]:
+        """The config of each bucket for one variant in one table: its picks, else the default."""
+        return table.picks.get(variant, [0] * len(self.buckets))
 
     def label(self, index: int) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.configs[index].items())
@@ -69,99 +94,129 @@ class Tuning:
     def command(self, family: str) -> str:
         return f"k3gen tune --family {family}"
 
+    def other_gpus(self) -> str:
+        """What serves a GPU that has no table of its own, in words."""
+        if self.fallback in self.devices:
+            return f"the {self.fallback} table (the spec's fallback)"
+        return f"the spec's default config ({self.label(0)})"
+
     def settled(self, variants: list[str], current: dict[str, str]) -> Tuning:
         """The picks that measured the current code (`current`: variant -> identity); the rest untuned."""
-        picks, untuned = {}, {}
-        for name in variants:
-            if self.table_file is None:
-                untuned[name] = NO_TABLE
-            elif name not in self.claims:
-                untuned[name] = NO_PICK
-            elif self.claims[name] != current[name]:
-                untuned[name] = STALE
-            else:
-                picks[name] = self.picks[name]
-        return replace(self, picks=picks, untuned=untuned, current=dict(current))
+        tables = []
+        for t in self.tables:
+            picks, untuned = {}, {}
+            for name in variants:
+                if name not in t.claims:
+                    untuned[name] = NO_PICK
+                elif t.claims[name] != current[name]:
+                    untuned[name] = STALE
+                else:
+                    picks[name] = t.picks[name]
+            tables.append(replace(t, picks=picks, untuned=untuned))
+        untuned = {} if self.tables else dict.fromkeys(variants, NO_TABLE)
+        return replace(self, tables=tuple(tables), untuned=untuned, current=dict(current))
 
-    def untuned_note(self, family: str, spec_file: str, spec_line: int, total: int) -> SpecError | None:
-        """The one located line a build prints for a family with untuned variants, else None."""
-        if not self.untuned:
-            return None
+    def untuned_notes(self, family: str, spec_file: str, spec_line: int, total: int) -> list[SpecError]:
+        """The located lines a build prints for a family with untuned variants: one for a family
+        without a table, else one per table with any."""
         default = self.label(0)
-        if self.table_file is None:
-            return SpecError(
-                spec_file,
-                spec_line,
-                family,
-                "tuning",
-                f"untuned: no table {TABLE_DIR}/{family}.DEVICE.yaml yet; all {total} variants run the spec's "
-                f"default config ({default}); tune on a GPU with `{self.command(family)}`",
-            )
-        by_reason: dict[str, list[str]] = {}
-        for name, why in self.untuned.items():
-            by_reason.setdefault(why, []).append(name)
+        if not self.tables:
+            if not self.untuned:
+                return []
+            return [
+                SpecError(
+                    spec_file,
+                    spec_line,
+                    family,
+                    "tuning",
+                    f"untuned: no table {TABLE_DIR}/{family}.DEVICE.yaml yet; all {total} variants run the spec's "
+                    f"default config ({default}); tune on a GPU with `{self.command(family)}`",
+                )
+            ]
         said = {
             NO_PICK: "no pick",
             STALE: "stale: the kernel code, knobs, shape or the variant changed since the table measured it",
         }
-        parts = []
-        for why, names in by_reason.items():
-            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            parts.append(f"{said[why]}: {shown}")
-        n = len(self.untuned)
-        return SpecError(
-            self.table_file,
-            self.located.line_of(("picks",)) if self.located else 1,
-            family,
-            "picks",
-            f"{n} of {total} variant{'s' * (total != 1)} untuned ({'; '.join(parts)}); "
-            f"{'they run' if n != 1 else 'it runs'} the spec's default config ({default}) until "
-            f"`{self.command(family)}` runs on {self.device or 'the device'}",
-        )
+        notes = []
+        for t in self.tables:
+            if not t.untuned:
+                continue
+            by_reason: dict[str, list[str]] = {}
+            for name, why in t.untuned.items():
+                by_reason.setdefault(why, []).append(name)
+            parts = []
+            for why, names in by_reason.items():
+                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+                parts.append(f"{said[why]}: {shown}")
+            n = len(t.untuned)
+            notes.append(
+                SpecError(
+                    t.file,
+                    t.located.line_of(("picks",)) if t.located else 1,
+                    family,
+                    "picks",
+                    f"{n} of {total} variant{'s' * (total != 1)} untuned ({'; '.join(parts)}); "
+                    f"{'they run' if n != 1 else 'it runs'} the spec's default config ({default}) until "
+                    f"`{self.command(family)}` runs on {t.device_name or t.device}",
+                )
+            )
+        return notes
 
 
 def tables_of(root: Path, family: str) -> list[Path]:
     return sorted((Path(root) / TABLE_DIR).glob(f"{family}.*.yaml"))
 
 
-def read_table(spec, file: str, root: Path, variant_names: list[str], lenient: bool = False) -> Tuning | None:
-    """The family's tunables with what its table says, if it has one; raises SpecErrors when the
-    table is not one (the picks' identities are checked later, against the rendered code: settled).
-    lenient: such a table is left out instead (`unreadable` names it)."""
+def device_of(family: str, path: Path) -> str:
+    """The DEVICE of a table file FAMILY.DEVICE.yaml (checked by the reader: DEVICE)."""
+    return path.name[len(family) + 1 : -len(".yaml")]
+
+
+def read_tables(
+    spec, file: str, root: Path, variant_names: list[str], lenient: bool = False, located: LocatedData | None = None
+) -> Tuning | None:
+    """The family's tunables with what each of its tables says; raises SpecErrors, every table's
+    together, when a table is not one or `tuning.fallback` names no table (the picks' identities are
+    checked later, against the rendered code: settled). `located`: the spec's line map.
+    lenient: such a table is left out instead (`unreadable` names it), and the fallback not checked."""
     if spec.tuning is None:
         return None
-    try:
-        return _read_table_file(spec, file, root, variant_names)
-    except SpecErrors as exc:
-        if not lenient:
-            raise
-        shape = {d: max(sizes) for d, sizes in spec.tests.dims.items() if d != "M"}
-        base = Tuning(list(spec.tuning.knobs), tuning_configs(spec), list(spec.tuning.buckets), shape)
-        return replace(base, unreadable=exc.errors[0].file)
-
-
-def _read_table_file(spec, file: str, root: Path, variant_names: list[str]) -> Tuning:
     shape = {d: max(sizes) for d, sizes in spec.tests.dims.items() if d != "M"}
     base = Tuning(list(spec.tuning.knobs), tuning_configs(spec), list(spec.tuning.buckets), shape)
-    tables = tables_of(root, spec.kernel)
-    if not tables:
-        return base
-    if len(tables) > 1:  # no per-device choice in the generated code yet: one table per family
-        names = ", ".join(f"{TABLE_DIR}/{t.name}" for t in tables)
-        raise SpecErrors(
-            [
-                SpecError(
-                    f"{TABLE_DIR}/{tables[1].name}",
-                    1,
-                    spec.kernel,
-                    "<root>",
-                    f"a second tuning table of {spec.kernel} ({names}); the generated dispatch "
-                    "holds one table per family: keep the one for the serving device",
-                )
-            ]
+    tables, unreadable, errors = [], [], []
+    for path in tables_of(root, spec.kernel):
+        try:
+            tables.append(_read_table_file(spec, path, root, base, variant_names))
+        except SpecErrors as exc:
+            if lenient:
+                unreadable.append(exc.errors[0].file)
+            else:
+                errors += exc.errors
+    tables.sort(key=lambda t: t.device)
+    fallback = spec.tuning.fallback
+    devices = [t.device for t in tables]
+    if fallback is not None and fallback not in devices and not lenient and not errors:
+        there = ", ".join(f"{TABLE_DIR}/{spec.kernel}.{d}.yaml" for d in devices) or "none"
+        errors.append(
+            SpecError(
+                file,
+                located.line_of(("tuning", "fallback")) if located is not None else 1,
+                spec.kernel,
+                "tuning.fallback",
+                f"fallback {fallback} names no table: {TABLE_DIR}/{spec.kernel}.{fallback}.yaml does not exist "
+                f"(the tables there are: {there}); name a device that has one, or drop `fallback:` (a GPU "
+                "without a table of its own then runs the spec's default config)",
+            )
         )
-    rel = f"{TABLE_DIR}/{tables[0].name}"
-    if not DEVICE.fullmatch(tables[0].name[len(spec.kernel) + 1 : -len(".yaml")]):  # the name reaches C++ comments
+    if errors:
+        raise SpecErrors(errors)
+    return replace(base, tables=tuple(tables), fallback=fallback, unreadable=tuple(unreadable))
+
+
+def _read_table_file(spec, path: Path, root: Path, base: Tuning, variant_names: list[str]) -> Table:
+    rel = f"{TABLE_DIR}/{path.name}"
+    device = device_of(spec.kernel, path)
+    if not DEVICE.fullmatch(device):  # the name reaches C++ comments and the wrapper
         raise SpecErrors(
             [
                 SpecError(
@@ -175,7 +230,7 @@ def _read_table_file(spec, file: str, root: Path, variant_names: list[str]) -> T
             ]
         )
     try:
-        text = read_text(tables[0], root, MAX_TABLE_BYTES, rel, "bounds.MAX_TABLE_BYTES")
+        text = read_text(path, root, MAX_TABLE_BYTES, rel, "bounds.MAX_TABLE_BYTES")
     except Refused as exc:
         raise SpecErrors(
             [SpecError(rel, exc.line, spec.kernel, "<file>", f"{exc.reason}; a tuning table is a plain file")]
@@ -183,10 +238,22 @@ def _read_table_file(spec, file: str, root: Path, variant_names: list[str]) -> T
     located, errors = parse_yaml(text, rel, MAX_TABLE_NODES)
     if located is None:
         raise SpecErrors([replace(e, kernel=spec.kernel) for e in errors])
-    picks, claims, device, errors = _read_table(located, rel, spec, base, variant_names)
+    picks, claims, name, errors = _read_table(located, rel, spec, base, variant_names)
+    if not errors and name and device_slug(name) != device:
+        errors.append(
+            SpecError(
+                rel,
+                located.line_of(("device",)),
+                spec.kernel,
+                "device",
+                f"the table measured {ascii(name)[1:-1][:80]}, whose short name is {device_slug(name)}, not "
+                f"{device} as its file name says; rename it {TABLE_DIR}/{spec.kernel}.{device_slug(name)}.yaml "
+                f"(a GPU without a table of its own takes the one `tuning.fallback` names)",
+            )
+        )
     if errors:
         raise SpecErrors(errors)
-    return replace(base, table_file=rel, picks=picks, claims=claims, device=device, located=located)
+    return Table(device, rel, name, picks, claims, located)
 
 
 def _read_table(located: LocatedData, rel: str, spec, base: Tuning, variant_names: list[str]):

@@ -323,6 +323,17 @@ def routing_table(p: FamilyPlan) -> Table | None:
     return _table(["axis", "value", "meaning"], rows)
 
 
+def tables_table(p: FamilyPlan) -> Table | None:
+    """Which tuning table serves each GPU (k3gen.runtime.tables): a row per device with a table, and one
+    for every other GPU."""
+    t = p.tuning
+    if t is None:
+        return None
+    rows = [[f"`{tb.device}`", f"its own: `{tb.file}`"] for tb in t.tables]
+    rows.append(["another GPU" if t.tables else "every GPU", t.other_gpus()])
+    return _table(["GPU (short name)", "picks"], rows)
+
+
 def family_doc(p: FamilyPlan) -> dict:
     """Everything templates/common/doc.md.j2 prints for one family."""
     generated = len(p.spec.dtypes.generated_cells())
@@ -334,6 +345,7 @@ def family_doc(p: FamilyPlan) -> dict:
         "matrix_counts": f"{generated} generated, {len(p.excluded)} excluded",
         "defaults": defaults_table(p),
         "knobs": knobs_table(p),
+        "tables": tables_table(p),
         "fast_math": fast_math_text(p),
         "vector_rule": vector_rule(p),
         "vectors": vector_table(p),

@@ -173,13 +173,14 @@ def settled_from(p: FamilyPlan, files: dict[str, str]):
 
 
 def untuned_notes(plans: list[FamilyPlan], files: dict[str, str]) -> list[SpecError]:
-    """One located line per family whose variants run the default config for want of a current pick."""
+    """One located line per family without a table, and per table, whose variants run the default config
+    for want of a current pick."""
     notes = []
     for p in plans:
         t = settled_from(p, files)
-        if t is not None and t.untuned:
+        if t is not None:
             line = p.located.line_of(("tuning",)) if p.located is not None else 1
-            notes.append(t.untuned_note(p.name, p.file, line, len(p.variants)))
+            notes += t.untuned_notes(p.name, p.file, line, len(p.variants))
     return notes
 
 

@@ -47,6 +47,7 @@ def arg_inits(p: FamilyPlan) -> list[tuple[str, str]]:
         "optional_scalar": lambda f: f"{f.name} if {f.name} is not None else 0",
         "dim": lambda f: f.name,
         "scalar": lambda f: f.name,
+        "device_table": lambda f: "TABLES.row(device)",  # the wrapper's k3gen.runtime.tables.DeviceTables
     }
     return [(f.name, spell[f.source](f)) for f in p.args]
 

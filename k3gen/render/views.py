@@ -54,7 +54,8 @@ class FamilyView:
     call_alignment: int | None
     knobs: dict = field(default_factory=dict)  # knob -> its candidates (docs)
     buckets: list = field(default_factory=list)  # tuning buckets of M (docs)
-    table_file: str | None = None  # the tuning table (docs)
+    tables: dict = field(default_factory=dict)  # device -> its tuning table's file, in row order
+    fallback: str = ""  # the device whose table serves a GPU with none of its own ("" : the default config)
 
 
 def family_view(p: FamilyPlan) -> FamilyView:
@@ -86,8 +87,20 @@ def family_view(p: FamilyPlan) -> FamilyView:
         call_alignment=p.call_alignment,
         knobs=dict(s.tuning.knobs) if s.tuning else {},
         buckets=list(p.tuning.buckets) if p.tuning else [],
-        table_file=p.tuning.table_file if p.tuning else None,
+        tables={tb.device: tb.file for tb in p.tuning.tables} if p.tuning else {},
+        fallback=(p.tuning.fallback or "") if p.tuning else "",
     )
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One device's row of a variant's picks (common/variant.cu.j2)."""
+
+    device: str
+    comment: str  # the table file, and why the variant runs the default there (for a comment)
+    configs: str  # the config index per bucket, spelled
+    tuned: bool  # the variant has a current pick in this table
+    note: str  # the C string printed on a miss (tuned) or on the first call (untuned)
 
 
 @dataclass(frozen=True)
@@ -103,12 +116,11 @@ class UnitView:
     only_message: str  # the C string a variant library says for another key
     cases: list  # (config index, config label, launch<> arguments): the tuned configs other than the default
     default_case: tuple  # (label, launch<> arguments) of the spec's default config
-    tuning: str  # "", "tuned" or "untuned"
-    table_comment: str = ""  # the table file, for a comment
+    tuning: str  # "", "tuned" (a row per device's table) or "untuned" (no table at all)
+    rows: list = field(default_factory=list)  # TableRow per device's table, in row order
     bucket_max: str = ""
-    bucket_config: str = ""
     buckets: int = 0
-    note: str = ""  # the C string printed on a miss (tuned) or on the first call (untuned)
+    note: str = ""  # the C string printed on the first call: untuned, or (tuned) on a GPU no table serves
     untuned_why: str = ""
 
 
@@ -131,34 +143,44 @@ def unit_view(p: FamilyPlan, v: Variant, backend: str, tuned) -> UnitView:
     t = tuned
     cases = [(c, t.label(c), cpp.template_args(p, v, backend, c)) for c in range(1, len(t.configs))]
     default = (t.label(0), cpp.template_args(p, v, backend, 0))
-    if t.tuned(v.name):
-        note = f"{t.table_file}; ran the spec's default config ({t.label(0)}); tune with `{t.command(name)}`"
+    ran = f"ran the spec's default config ({t.label(0)}); tune with `{t.command(name)}`"
+    if not t.tables:
+        why = t.untuned[v.name]
         return UnitView(
             **common,
             cases=cases,
             default_case=default,
-            tuning="tuned",
-            table_comment=t.table_file,
-            bucket_max=", ".join(map(str, t.buckets)),
-            bucket_config=", ".join(map(str, t.bucket_configs(v.name))),
-            buckets=len(t.buckets),
-            note=c_string(note),
+            tuning="untuned",
+            note=c_string(f"{v.name} is untuned ({why}); {ran}"),
+            untuned_why=why,
         )
-    why = t.untuned[v.name]
-    where = f" in {t.table_file}" if t.table_file else ""
-    note = (
-        f"{v.name} is untuned ({why}{where}); ran the spec's default config ({t.label(0)}); "
-        f"tune with `{t.command(name)}`"
-    )
+    rows = []
+    for tb in t.tables:
+        if tb.tuned(v.name):
+            rows.append(
+                TableRow(
+                    tb.device, tb.file, _spelled(t.bucket_configs(tb, v.name)), True, c_string(f"{tb.file}; {ran}")
+                )
+            )
+        else:
+            why = f"untuned ({tb.untuned[v.name]} in {tb.file})"
+            note = c_string(f"{v.name} is {why}; {ran}")
+            rows.append(TableRow(tb.device, why, _spelled([0] * len(t.buckets)), False, note))
+    served = ", ".join(t.devices)
     return UnitView(
         **common,
         cases=cases,
         default_case=default,
-        tuning="untuned",
-        table_comment=t.table_file or "",
-        note=c_string(note),
-        untuned_why=why,
+        tuning="tuned",
+        rows=rows,
+        note=c_string(f"{v.name} is untuned on this GPU (tables: {served}; none serves it); {ran}"),
+        bucket_max=_spelled(t.buckets),
+        buckets=len(t.buckets),
     )
+
+
+def _spelled(values) -> str:
+    return ", ".join(map(str, values))
 
 
 def host_view(p: FamilyPlan) -> dict:

@@ -187,30 +187,42 @@ def _settled(p: FamilyPlan, files: dict[str, str] | None):
 
 
 def _table(t) -> dict[str, str]:
-    """{"table": its file} when the family has a tuning table."""
-    return {"file": t.table_file} if t is not None and t.table_file else {}
+    """Each device's tuning table, by device, and the device the spec names to serve the others."""
+    if t is None:
+        return {}
+    out = {tb.device: tb.file for tb in t.tables}
+    if t.fallback:
+        out["fallback"] = f"{t.fallback} (serves a GPU with no table of its own)"
+    return out
 
 
 def _untuned(t) -> dict[str, str]:
-    """Each variant that runs the spec's default config for want of a current pick, and why."""
+    """Each variant that runs the spec's default config for want of a current pick, and why: per table
+    (`variant on device`), or per variant where the family has no table at all."""
     if t is None:
         return {}
-    where = f" in {t.table_file}" if t.table_file else ""
-    return {v: f"untuned (default config): {why}{where}" for v, why in t.untuned.items()}
+    out = {v: f"untuned (default config): {why}" for v, why in t.untuned.items()}
+    for tb in t.tables:
+        out |= {f"{v} on {tb.device}": f"untuned (default config): {why} in {tb.file}" for v, why in tb.untuned.items()}
+    return out
 
 
 def _picks(p: FamilyPlan, t) -> dict[str, str]:
-    """The config the family's tuning table picks per tuned variant and bucket (nothing without a table)."""
-    if t is None or t.table_file is None:
+    """The config each device's tuning table picks per tuned variant and bucket (nothing without a table)."""
+    if t is None:
         return {}
-    low, out = 0, {}
-    for i, high in enumerate(t.buckets):
-        for v in p.variants:
-            if not t.tuned(v.name):
-                continue
-            config = t.bucket_configs(v.name)[i]
-            out[f"{v.name} {low} < M <= {high}"] = t.label(config) + (" (default)" if config == 0 else "")
-        low = high
+    out = {}
+    for tb in t.tables:
+        low = 0
+        for i, high in enumerate(t.buckets):
+            for v in p.variants:
+                if not tb.tuned(v.name):
+                    continue
+                config = t.bucket_configs(tb, v.name)[i]
+                out[f"{v.name} on {tb.device}, {low} < M <= {high}"] = t.label(config) + (
+                    " (default)" if config == 0 else ""
+                )
+            low = high
     return out
 
 

@@ -179,9 +179,10 @@ def diff_rev(root: Path, rev: str | None = None, families: list[str] | None = No
         else []
     )
     notes += [
-        f"{p.tuning.unreadable} at {short} is not a tuning table this k3gen reads: its picks are not compared"
+        f"{file} at {short} is not a tuning table this k3gen reads: its picks are not compared"
         for p in old_plans
-        if p.tuning is not None and p.tuning.unreadable
+        if p.tuning is not None
+        for file in p.tuning.unreadable
     ]
     report = compare(
         old_plans,
@@ -215,7 +216,7 @@ def _impact(root: Path, short: str, report: DiffReport, old_plans, new_plans):
         templates.setdefault(p.spec.template, []).append(p.name)
         # The runner table's generated lookup and test are its front family's (k3gen.render).
         runner_files = (p.runners_file, "generated/k3kernels/runners.py", "generated/tests/test_runners.py")
-        tables = [p.tuning.table_file] if p.tuning is not None and p.tuning.table_file else []
+        tables = [tb.file for tb in p.tuning.tables] if p.tuning is not None else []
         for path in (p.file, *tables, *(runner_files if p.runners_file else ())):
             owners.setdefault(path, []).append(p.name)
     touched = [f.family for f in report.families] + report.families_added + report.families_removed

@@ -23,8 +23,10 @@ from pathlib import Path
 # Paths every test depends on: the generator and runtime, the test harness, the build and CI setup.
 # A changed test module is no such path: it selects itself.
 HARNESS = ("k3gen/**", "pyproject.toml", ".ci/**", "tests/**", "generated/tests/conftest.py")
-# Generated files of one family, by the names k3gen.render gives them (its spec files: `owners`).
+# Files of one family by their names: what k3gen.render generates for it, and its tuning tables, one
+# per device (k3gen.plan.tuning; also in `owners`, but a table neither side could read is still its).
 FAMILY_FILES = (
+    "specs/tuning/{f}.*.yaml",
     "generated/k3kernels/csrc/{f}/**",
     "generated/k3kernels/{f}.py",
     "generated/k3kernels/tuning/{f}.json",

@@ -26,7 +26,7 @@ _LAZY = {
         "uncovered",
     )
 }
-_LAZY.update(FamilyModule="module", device_arch="module", FastPath="fastpath")
+_LAZY.update(FamilyModule="module", device_arch="module", FastPath="fastpath", DeviceTables="tables")
 
 __all__ = sorted(["K3BuildError", "K3Error", "K3ToolchainMissing", "K3UnsupportedError", *_LAZY])
 

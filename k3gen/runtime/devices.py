@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+# What device_slug returns, and all a table's file name or a spec's `tuning.fallback` may spell.
+SHORT_NAME = re.compile(r"[a-z0-9_]{1,64}")
 # Words of a GPU's name that say nothing about which GPU it is.
 VENDOR_WORDS = {"nvidia", "amd", "geforce", "tesla", "instinct", "radeon"}
 # A name's words from the first of these on say its memory or form factor, not the GPU.

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from k3gen.runtime import archs as arch_table
+from k3gen.runtime.devices import SHORT_NAME
 from k3gen.runtime.dtypes import DTYPES
 from k3gen.spec import grammar
 from k3gen.spec.bounds import KEY_FIELDS, MAX_PARAM_VALUES, MAX_TEST_DIM_SETS, MAX_TEST_ELEMENTS, MAX_VARIANTS
@@ -514,18 +515,31 @@ class Budget(SpecModel):
         return self
 
 
+def _device_problem(value: str) -> str | None:
+    """Why `value` is not a device's short name, as a table's file name spells it (k3gen.runtime.devices)."""
+    if SHORT_NAME.fullmatch(value):
+        return None
+    return f"{ascii(value)[:60]} is not a device's short name; write one of [a-z0-9_]{{1,64}}, e.g. h100 or h200"
+
+
 class Tuning(SpecModel):
-    """Knobs `k3gen tune` picks per bucket of M (specs/tuning/<family>.<device>.yaml holds the picks).
+    """Knobs `k3gen tune` picks per bucket of M (specs/tuning/<family>.<device>.yaml holds a device's picks).
 
     A knob is a constant of the spec whose candidates are template arguments like the dtypes: every
-    candidate config is compiled into each variant's unit, and the checked-in table chooses one per
-    bucket. The constant's own value is the default config, run where no table applies."""
+    candidate config is compiled into each variant's unit, and each device's checked-in table chooses
+    one per bucket. The GPU a call runs on takes its own table, else the `fallback` device's; the
+    constant's own value is the default config, run where no table applies."""
 
     knobs: dict[Ident, list[Annotated[StrictInt, _checked(_positive)]]] = Field(
         description="constant -> its candidate values (the constant's value among them: the default)"
     )
     buckets: list[Annotated[StrictInt, _checked(_positive)]] = Field(
         description="upper bounds of M, increasing: bucket i holds buckets[i-1] < M <= buckets[i]"
+    )
+    fallback: Annotated[str, _checked(_device_problem)] | None = Field(
+        None,
+        description="the device whose table serves a GPU with no table of its own (a declared nearest device, "
+        "e.g. h100 for an H800); without it such a GPU runs the default config",
     )
 
     @field_validator("knobs")

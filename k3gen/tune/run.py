@@ -119,7 +119,7 @@ def _oracle_errors(op, oracle, variant: dict, cases: list[str], batches: dict) -
 
 def config_switch(family: str):
     """The family built for this GPU, and its library's switch that forces candidate config c on
-    every call (`force(-1)`: the tuning table's picks again). Also bench/outputs_probe.py's."""
+    every call (`force(-1)`: the device's table's picks again). Also bench/outputs_probe.py's."""
     from k3gen.runtime.cache import ensure_built
     from k3gen.runtime.module import device_arch
 

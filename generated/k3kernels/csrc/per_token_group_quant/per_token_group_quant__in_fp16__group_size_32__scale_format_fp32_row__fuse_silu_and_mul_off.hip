@@ -11,12 +11,26 @@ int per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_s
   if (!(k3::floormod(a.K, group_size) == 0)) return k3::fail(err, err_len, "per_token_group_quant: gate `K % group_size == 0` failed");
   if (!(k3::floormod(a.x_stride0, vec) == 0)) return k3::fail(err, err_len, "per_token_group_quant: gate `x.stride0 % vec == 0` failed");
   if (!((k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out), 16) == 0) && (k3::floormod(k3::address(a.out_scale), 4) == 0))) return k3::fail(err, err_len, "per_token_group_quant: gate `x.ptr % 16 == 0 and out.ptr % 16 == 0 and out_scale.ptr % 4 == 0` failed");
-  // Picks per bucket of M: specs/tuning/per_token_group_quant.h200.yaml.
+  // Picks per bucket of M, a row per device's tuning table. The wrapper passes the row of the GPU it
+  // runs on (a.k3_device_table: k3gen.runtime.tables); a row where this variant has no current pick,
+  // or no row (a GPU no table serves), runs the spec's default config and its first call says so.
   static constexpr int64_t bucket_max[] = {1, 64, 128, 4096, 16384};
-  static constexpr int8_t bucket_config[] = {2, 0, 0, 3, 3};
   constexpr int buckets = 5;
-  switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "per_token_group_quant",
-                          "specs/tuning/per_token_group_quant.h200.yaml; ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family per_token_group_quant`")) {
+  constexpr int tables = 1;
+  static constexpr int8_t bucket_config[tables][buckets] = {
+      {2, 0, 0, 3, 3},  // 0: h200, specs/tuning/per_token_group_quant.h200.yaml
+  };
+  static constexpr bool tuned[tables] = {true};
+  // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
+  static constexpr const char* notes[tables + 1] = {
+      "specs/tuning/per_token_group_quant.h200.yaml; ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family per_token_group_quant`",
+      "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off is untuned on this GPU (tables: h200; none serves it); ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family per_token_group_quant`",
+  };
+  static std::atomic<bool> said[tables + 1];
+  const int row = a.k3_device_table >= 0 && a.k3_device_table < tables ? a.k3_device_table : tables;
+  switch (row < tables && tuned[row]
+              ? k3::pick_config(tuning, a.M, bucket_max, bucket_config[row], buckets, "per_token_group_quant", notes[row])
+              : k3::untuned_config(tuning, said[row], "per_token_group_quant", notes[row])) {
     case 1:  // block_threads=256, rows_per_thread=4
       return k3::status(launch<__half, 32, 0, false, true, 16, /*block_threads=*/256, /*rows_per_thread=*/4>(a, stream), err, err_len, "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off");
     case 2:  // block_threads=128, rows_per_thread=1

@@ -30,6 +30,7 @@ struct Args {
   void* out_scale;
   int64_t M;
   int64_t K;
+  int32_t k3_device_table;
 };
 
 }  // namespace k3_per_token_group_quant

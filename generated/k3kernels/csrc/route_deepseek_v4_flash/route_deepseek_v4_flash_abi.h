@@ -32,6 +32,7 @@ struct Args {
   int32_t topk_group;
   int32_t renormalize;
   float routed_scaling_factor;
+  int32_t k3_device_table;
 };
 
 }  // namespace k3_route_deepseek_v4_flash

@@ -10,12 +10,26 @@ int route_llama4_maverick__score_fp32(const Args& a, k3_stream_t stream, char* e
   if (!(a.topk == 1)) return k3::fail(err, err_len, "route_llama4_maverick: gate `topk == top_k` failed");
   if (!((a.num_expert_group == 1) && (a.topk_group == 1))) return k3::fail(err, err_len, "route_llama4_maverick: gate `num_expert_group == 1 and topk_group == 1` failed");
   if (!(a.M <= 2147483647)) return k3::fail(err, err_len, "route_llama4_maverick: gate `M <= 2147483647` failed");
-  // Picks per bucket of M: specs/tuning/route_llama4_maverick.h200.yaml.
+  // Picks per bucket of M, a row per device's tuning table. The wrapper passes the row of the GPU it
+  // runs on (a.k3_device_table: k3gen.runtime.tables); a row where this variant has no current pick,
+  // or no row (a GPU no table serves), runs the spec's default config and its first call says so.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
-  static constexpr int8_t bucket_config[] = {0, 0, 0, 1, 2, 1};
   constexpr int buckets = 6;
-  switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_llama4_maverick",
-                          "specs/tuning/route_llama4_maverick.h200.yaml; ran the spec's default config (block_threads=128); tune with `k3gen tune --family route_llama4_maverick`")) {
+  constexpr int tables = 1;
+  static constexpr int8_t bucket_config[tables][buckets] = {
+      {0, 0, 0, 1, 2, 1},  // 0: h200, specs/tuning/route_llama4_maverick.h200.yaml
+  };
+  static constexpr bool tuned[tables] = {true};
+  // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
+  static constexpr const char* notes[tables + 1] = {
+      "specs/tuning/route_llama4_maverick.h200.yaml; ran the spec's default config (block_threads=128); tune with `k3gen tune --family route_llama4_maverick`",
+      "route_llama4_maverick__score_fp32 is untuned on this GPU (tables: h200; none serves it); ran the spec's default config (block_threads=128); tune with `k3gen tune --family route_llama4_maverick`",
+  };
+  static std::atomic<bool> said[tables + 1];
+  const int row = a.k3_device_table >= 0 && a.k3_device_table < tables ? a.k3_device_table : tables;
+  switch (row < tables && tuned[row]
+              ? k3::pick_config(tuning, a.M, bucket_max, bucket_config[row], buckets, "route_llama4_maverick", notes[row])
+              : k3::untuned_config(tuning, said[row], "route_llama4_maverick", notes[row])) {
     case 1:  // block_threads=256
       return k3::status(launch<float, false, 1, /*block_threads=*/256>(a, stream), err, err_len, "route_llama4_maverick__score_fp32");
     case 2:  // block_threads=512

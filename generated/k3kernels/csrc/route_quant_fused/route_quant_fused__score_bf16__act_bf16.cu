@@ -11,12 +11,26 @@ int route_quant_fused__score_bf16__act_bf16(const Args& a, k3_stream_t stream, c
   if (!(a.M <= 1024)) return k3::fail(err, err_len, "route_quant_fused: gate `M <= max_tokens` failed");
   if (!((a.num_expert_group == 1) && (a.topk_group == 1))) return k3::fail(err, err_len, "route_quant_fused: gate `num_expert_group == 1 and topk_group == 1` failed");
   if (!((k3::floormod(a.x_stride0, vec) == 0) && (k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out_q), 16) == 0))) return k3::fail(err, err_len, "route_quant_fused: gate `x.stride0 % vec == 0 and x.ptr % 16 == 0 and out_q.ptr % 16 == 0` failed");
-  // Picks per bucket of M: specs/tuning/route_quant_fused.h200.yaml.
+  // Picks per bucket of M, a row per device's tuning table. The wrapper passes the row of the GPU it
+  // runs on (a.k3_device_table: k3gen.runtime.tables); a row where this variant has no current pick,
+  // or no row (a GPU no table serves), runs the spec's default config and its first call says so.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 256, 1024};
-  static constexpr int8_t bucket_config[] = {3, 2, 2, 2, 5};
   constexpr int buckets = 5;
-  switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "route_quant_fused",
-                          "specs/tuning/route_quant_fused.h200.yaml; ran the spec's default config (strategy=1, block_threads=256, quant_rows=1); tune with `k3gen tune --family route_quant_fused`")) {
+  constexpr int tables = 1;
+  static constexpr int8_t bucket_config[tables][buckets] = {
+      {3, 2, 2, 2, 5},  // 0: h200, specs/tuning/route_quant_fused.h200.yaml
+  };
+  static constexpr bool tuned[tables] = {true};
+  // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
+  static constexpr const char* notes[tables + 1] = {
+      "specs/tuning/route_quant_fused.h200.yaml; ran the spec's default config (strategy=1, block_threads=256, quant_rows=1); tune with `k3gen tune --family route_quant_fused`",
+      "route_quant_fused__score_bf16__act_bf16 is untuned on this GPU (tables: h200; none serves it); ran the spec's default config (strategy=1, block_threads=256, quant_rows=1); tune with `k3gen tune --family route_quant_fused`",
+  };
+  static std::atomic<bool> said[tables + 1];
+  const int row = a.k3_device_table >= 0 && a.k3_device_table < tables ? a.k3_device_table : tables;
+  switch (row < tables && tuned[row]
+              ? k3::pick_config(tuning, a.M, bucket_max, bucket_config[row], buckets, "route_quant_fused", notes[row])
+              : k3::untuned_config(tuning, said[row], "route_quant_fused", notes[row])) {
     case 1:  // strategy=1, block_threads=256, quant_rows=4
       return k3::status(launch<__nv_bfloat16, __nv_bfloat16, false, 16, /*strategy=*/1, /*block_threads=*/256, /*quant_rows=*/4>(a, stream), err, err_len, "route_quant_fused__score_bf16__act_bf16");
     case 2:  // strategy=1, block_threads=512, quant_rows=1

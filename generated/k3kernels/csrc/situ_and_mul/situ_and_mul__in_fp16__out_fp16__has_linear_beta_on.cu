@@ -10,12 +10,26 @@ int situ_and_mul__in_fp16__out_fp16__has_linear_beta_on(const Args& a, k3_stream
   if (!(k3::floormod(a.D, vec) == 0)) return k3::fail(err, err_len, "situ_and_mul: gate `D % vec == 0` failed");
   if (!(k3::floormod(a.x_stride0, vec) == 0)) return k3::fail(err, err_len, "situ_and_mul: gate `x.stride0 % vec == 0` failed");
   if (!((k3::floormod(k3::address(a.x), 16) == 0) && (k3::floormod(k3::address(a.out), 16) == 0))) return k3::fail(err, err_len, "situ_and_mul: gate `x.ptr % 16 == 0 and out.ptr % 16 == 0` failed");
-  // Picks per bucket of M: specs/tuning/situ_and_mul.h200.yaml.
+  // Picks per bucket of M, a row per device's tuning table. The wrapper passes the row of the GPU it
+  // runs on (a.k3_device_table: k3gen.runtime.tables); a row where this variant has no current pick,
+  // or no row (a GPU no table serves), runs the spec's default config and its first call says so.
   static constexpr int64_t bucket_max[] = {1, 128, 4096, 16384};
-  static constexpr int8_t bucket_config[] = {0, 0, 0, 0};
   constexpr int buckets = 4;
-  switch (k3::pick_config(tuning, a.M, bucket_max, bucket_config, buckets, "situ_and_mul",
-                          "specs/tuning/situ_and_mul.h200.yaml; ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family situ_and_mul`")) {
+  constexpr int tables = 1;
+  static constexpr int8_t bucket_config[tables][buckets] = {
+      {0, 0, 0, 0},  // 0: h200, specs/tuning/situ_and_mul.h200.yaml
+  };
+  static constexpr bool tuned[tables] = {true};
+  // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
+  static constexpr const char* notes[tables + 1] = {
+      "specs/tuning/situ_and_mul.h200.yaml; ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family situ_and_mul`",
+      "situ_and_mul__in_fp16__out_fp16__has_linear_beta_on is untuned on this GPU (tables: h200; none serves it); ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family situ_and_mul`",
+  };
+  static std::atomic<bool> said[tables + 1];
+  const int row = a.k3_device_table >= 0 && a.k3_device_table < tables ? a.k3_device_table : tables;
+  switch (row < tables && tuned[row]
+              ? k3::pick_config(tuning, a.M, bucket_max, bucket_config[row], buckets, "situ_and_mul", notes[row])
+              : k3::untuned_config(tuning, said[row], "situ_and_mul", notes[row])) {
     case 1:  // block_threads=256, rows_per_thread=4
       return k3::status(launch<__half, __half, true, true, 8, /*block_threads=*/256, /*rows_per_thread=*/4>(a, stream), err, err_len, "situ_and_mul__in_fp16__out_fp16__has_linear_beta_on");
     case 2:  // block_threads=256, rows_per_thread=8

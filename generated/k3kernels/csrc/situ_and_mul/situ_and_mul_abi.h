@@ -26,6 +26,7 @@ struct Args {
   int64_t D;
   float beta;
   float linear_beta;
+  int32_t k3_device_table;
 };
 
 }  // namespace k3_situ_and_mul
