@@ -126,7 +126,7 @@ MODULE = rt.FamilyModule(
 # The tuning tables compiled into the variant units, device -> file, in row order: a call passes the
 # row of its GPU's table (k3gen.runtime.tables), else the fallback's (the spec's `tuning.fallback`), else
 # none, and the spec's default config runs.
-TUNING_TABLES = {"h200": "specs/tuning/route_quant_fused.h200.yaml"}
+TUNING_TABLES = {"h100": "specs/tuning/route_quant_fused.h100.yaml", "h200": "specs/tuning/route_quant_fused.h200.yaml"}
 TABLES = rt.DeviceTables(FAMILY, TUNING_TABLES, fallback=None)
 # The calls (k3gen.runtime.fastpath): checked ones launched, and cached by signature when the gates
 # read pointers only modulo an alignment.

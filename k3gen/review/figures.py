@@ -244,6 +244,36 @@ def goals_section(root: Path, device: str) -> str:
     return "\n".join([head, "", *out]) + "\n"
 
 
+E2E = "adoption/e2e_routing"  # bench/e2e_routing.py's results, beside the kernels' (not a family's table)
+E2E_MS = (1, 128, 8192)
+
+
+def e2e_section(root: Path, device: str) -> str:
+    """The routing step of one MoE layer inside a transformers model (the router's GEMM and its select),
+    the stock model against the model after use_k3gen_routing, per architecture at decode to prefill M."""
+    data = _results(root, device, E2E)
+    if data is None:
+        return _missing(device, E2E)
+    by = {(r["arch"], r["M"]): r for r in data["rows"]}
+    out = ["| architecture | family | " + " | ".join(f"M = {m}" for m in E2E_MS) + " |"]
+    out.append("|" + " --- |" * (len(E2E_MS) + 2))
+    for arch in dict.fromkeys(r["arch"] for r in data["rows"]):
+        cells = []
+        for m in E2E_MS:
+            r = by.get((arch, m))
+            cells.append("—" if r is None else f"{_us(r['stock_us'])} → {_us(r['k3gen_us'])} µs ({r['speedup']:.2f}×)")
+        out.append(f"| {arch} | {by[next(k for k in by if k[0] == arch)]['family']} | " + " | ".join(cells) + " |")
+    speedups = [r["speedup"] for r in data["rows"]]
+    meta = data.get("meta", {})
+    head = (
+        f"`{RESULTS}/{device}/{E2E}.json` ({meta.get('device', '?')}, torch {meta.get('torch', '?')}, "
+        f"{meta.get('dtype', '?')}; CUDA-graph replay): stock → swapped, {min(speedups):.2f}× to "
+        f"{max(speedups):.2f}× faster over {len(speedups)} cases (M = {min(r['M'] for r in data['rows'])} to "
+        f"{max(r['M'] for r in data['rows'])}):"
+    )
+    return "\n".join([head, "", *out]) + "\n"
+
+
 def _summary_rows(root: Path, device: str) -> list[tuple[str, str, dict[int, dict]]]:
     """(family, case, {M: row}): every router of routers.json, then the first case of each other
     family's file (route_topk.json repeats a router of routers.json, host.json is no kernel)."""
@@ -368,7 +398,7 @@ def spec_fields_section(root: Path) -> str:
 
 SECTIONS = (
     "compile, families, routers, spec_fields, host DEVICE, routers_speed DEVICE, summary DEVICE, goals DEVICE, "
-    "bench_<family> DEVICE"
+    "end_to_end DEVICE, bench_<family> DEVICE"
 )
 
 
@@ -390,6 +420,8 @@ def render_section(root: Path, name: str, device: str | None, here: str = README
             return summary_section(root, device, here)
         if name == "goals":
             return goals_section(root, device)
+        if name == "end_to_end":
+            return e2e_section(root, device)
         if name.startswith("bench_"):
             return bench_section(root, device, name.removeprefix("bench_"))
     raise ValueError(f"{here}: no figures section '{name}{' ' + device if device else ''}'; known: {SECTIONS}")

@@ -16,15 +16,17 @@ int per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_s
   // or no row (a GPU no table serves), runs the spec's default config and its first call says so.
   static constexpr int64_t bucket_max[] = {1, 64, 128, 4096, 16384};
   constexpr int buckets = 5;
-  constexpr int tables = 1;
+  constexpr int tables = 2;
   static constexpr int8_t bucket_config[tables][buckets] = {
-      {2, 0, 0, 3, 3},  // 0: h200, specs/tuning/per_token_group_quant.h200.yaml
+      {2, 0, 0, 0, 0},  // 0: h100, specs/tuning/per_token_group_quant.h100.yaml
+      {2, 0, 0, 3, 3},  // 1: h200, specs/tuning/per_token_group_quant.h200.yaml
   };
-  static constexpr bool tuned[tables] = {true};
+  static constexpr bool tuned[tables] = {true, true};
   // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
   static constexpr const char* notes[tables + 1] = {
+      "specs/tuning/per_token_group_quant.h100.yaml; ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family per_token_group_quant`",
       "specs/tuning/per_token_group_quant.h200.yaml; ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family per_token_group_quant`",
-      "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off is untuned on this GPU (tables: h200; none serves it); ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family per_token_group_quant`",
+      "per_token_group_quant__in_fp16__group_size_32__scale_format_fp32_row__fuse_silu_and_mul_off is untuned on this GPU (tables: h100, h200; none serves it); ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family per_token_group_quant`",
   };
   static std::atomic<bool> said[tables + 1];
   const int row = a.k3_device_table >= 0 && a.k3_device_table < tables ? a.k3_device_table : tables;

@@ -16,15 +16,17 @@ int route_quant_fused__score_bf16__act_bf16(const Args& a, k3_stream_t stream, c
   // or no row (a GPU no table serves), runs the spec's default config and its first call says so.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 256, 1024};
   constexpr int buckets = 5;
-  constexpr int tables = 1;
+  constexpr int tables = 2;
   static constexpr int8_t bucket_config[tables][buckets] = {
-      {3, 2, 2, 2, 5},  // 0: h200, specs/tuning/route_quant_fused.h200.yaml
+      {3, 2, 2, 2, 5},  // 0: h100, specs/tuning/route_quant_fused.h100.yaml
+      {3, 2, 2, 2, 5},  // 1: h200, specs/tuning/route_quant_fused.h200.yaml
   };
-  static constexpr bool tuned[tables] = {true};
+  static constexpr bool tuned[tables] = {true, true};
   // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
   static constexpr const char* notes[tables + 1] = {
+      "specs/tuning/route_quant_fused.h100.yaml; ran the spec's default config (strategy=1, block_threads=256, quant_rows=1); tune with `k3gen tune --family route_quant_fused`",
       "specs/tuning/route_quant_fused.h200.yaml; ran the spec's default config (strategy=1, block_threads=256, quant_rows=1); tune with `k3gen tune --family route_quant_fused`",
-      "route_quant_fused__score_bf16__act_bf16 is untuned on this GPU (tables: h200; none serves it); ran the spec's default config (strategy=1, block_threads=256, quant_rows=1); tune with `k3gen tune --family route_quant_fused`",
+      "route_quant_fused__score_bf16__act_bf16 is untuned on this GPU (tables: h100, h200; none serves it); ran the spec's default config (strategy=1, block_threads=256, quant_rows=1); tune with `k3gen tune --family route_quant_fused`",
   };
   static std::atomic<bool> said[tables + 1];
   const int row = a.k3_device_table >= 0 && a.k3_device_table < tables ? a.k3_device_table : tables;

@@ -15,15 +15,17 @@ int route_topk_aiter__score_bf16__bias_fp32(const Args& a, k3_stream_t stream, c
   // or no row (a GPU no table serves), runs the spec's default config and its first call says so.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
   constexpr int buckets = 6;
-  constexpr int tables = 1;
+  constexpr int tables = 2;
   static constexpr int8_t bucket_config[tables][buckets] = {
-      {3, 3, 3, 5, 5, 5},  // 0: h200, specs/tuning/route_topk_aiter.h200.yaml
+      {3, 3, 3, 5, 5, 5},  // 0: h100, specs/tuning/route_topk_aiter.h100.yaml
+      {3, 3, 3, 5, 5, 5},  // 1: h200, specs/tuning/route_topk_aiter.h200.yaml
   };
-  static constexpr bool tuned[tables] = {true};
+  static constexpr bool tuned[tables] = {true, true};
   // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
   static constexpr const char* notes[tables + 1] = {
+      "specs/tuning/route_topk_aiter.h100.yaml; ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_aiter`",
       "specs/tuning/route_topk_aiter.h200.yaml; ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_aiter`",
-      "route_topk_aiter__score_bf16__bias_fp32 is untuned on this GPU (tables: h200; none serves it); ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_aiter`",
+      "route_topk_aiter__score_bf16__bias_fp32 is untuned on this GPU (tables: h100, h200; none serves it); ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_aiter`",
   };
   static std::atomic<bool> said[tables + 1];
   const int row = a.k3_device_table >= 0 && a.k3_device_table < tables ? a.k3_device_table : tables;

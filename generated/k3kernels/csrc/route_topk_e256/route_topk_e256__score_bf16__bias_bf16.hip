@@ -15,15 +15,17 @@ int route_topk_e256__score_bf16__bias_bf16(const Args& a, k3_stream_t stream, ch
   // or no row (a GPU no table serves), runs the spec's default config and its first call says so.
   static constexpr int64_t bucket_max[] = {1, 16, 128, 1024, 8192, 65536};
   constexpr int buckets = 6;
-  constexpr int tables = 1;
+  constexpr int tables = 2;
   static constexpr int8_t bucket_config[tables][buckets] = {
-      {0, 0, 0, 3, 2, 3},  // 0: h200, specs/tuning/route_topk_e256.h200.yaml
+      {0, 0, 0, 3, 2, 3},  // 0: h100, specs/tuning/route_topk_e256.h100.yaml
+      {0, 0, 0, 3, 2, 3},  // 1: h200, specs/tuning/route_topk_e256.h200.yaml
   };
-  static constexpr bool tuned[tables] = {true};
+  static constexpr bool tuned[tables] = {true, true};
   // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
   static constexpr const char* notes[tables + 1] = {
+      "specs/tuning/route_topk_e256.h100.yaml; ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_e256`",
       "specs/tuning/route_topk_e256.h200.yaml; ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_e256`",
-      "route_topk_e256__score_bf16__bias_bf16 is untuned on this GPU (tables: h200; none serves it); ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_e256`",
+      "route_topk_e256__score_bf16__bias_bf16 is untuned on this GPU (tables: h100, h200; none serves it); ran the spec's default config (strategy=1, block_threads=256); tune with `k3gen tune --family route_topk_e256`",
   };
   static std::atomic<bool> said[tables + 1];
   const int row = a.k3_device_table >= 0 && a.k3_device_table < tables ? a.k3_device_table : tables;

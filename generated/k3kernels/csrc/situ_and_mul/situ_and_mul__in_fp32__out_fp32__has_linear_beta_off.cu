@@ -15,15 +15,17 @@ int situ_and_mul__in_fp32__out_fp32__has_linear_beta_off(const Args& a, k3_strea
   // or no row (a GPU no table serves), runs the spec's default config and its first call says so.
   static constexpr int64_t bucket_max[] = {1, 128, 4096, 16384};
   constexpr int buckets = 4;
-  constexpr int tables = 1;
+  constexpr int tables = 2;
   static constexpr int8_t bucket_config[tables][buckets] = {
-      {0, 3, 0, 0},  // 0: h200, specs/tuning/situ_and_mul.h200.yaml
+      {0, 3, 0, 0},  // 0: h100, specs/tuning/situ_and_mul.h100.yaml
+      {0, 3, 0, 0},  // 1: h200, specs/tuning/situ_and_mul.h200.yaml
   };
-  static constexpr bool tuned[tables] = {true};
+  static constexpr bool tuned[tables] = {true, true};
   // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
   static constexpr const char* notes[tables + 1] = {
+      "specs/tuning/situ_and_mul.h100.yaml; ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family situ_and_mul`",
       "specs/tuning/situ_and_mul.h200.yaml; ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family situ_and_mul`",
-      "situ_and_mul__in_fp32__out_fp32__has_linear_beta_off is untuned on this GPU (tables: h200; none serves it); ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family situ_and_mul`",
+      "situ_and_mul__in_fp32__out_fp32__has_linear_beta_off is untuned on this GPU (tables: h100, h200; none serves it); ran the spec's default config (block_threads=256, rows_per_thread=1); tune with `k3gen tune --family situ_and_mul`",
   };
   static std::atomic<bool> said[tables + 1];
   const int row = a.k3_device_table >= 0 && a.k3_device_table < tables ? a.k3_device_table : tables;
