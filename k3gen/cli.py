@@ -76,6 +76,7 @@ def _families(values: list[str]) -> list[str]:
 
 
 def cmd_build(root: Path, args) -> int:
+    from k3gen.review import figures
     from k3gen.ship.tree import write_files
 
     start = time.perf_counter()
@@ -85,6 +86,8 @@ def cmd_build(root: Path, args) -> int:
         print(f"  wrote   generated/{f}")
     for f in changes.removed:
         print(f"  removed generated/{f}")
+    for f in figures.write_figures(root, plans):  # the README's and docs' tables of the specs
+        print(f"  wrote   {f} (figures)")
     n_spec = sum(len(p.specializations) for p in plans)
     print(
         f"k3gen build: {len(plans)} families, {n_spec} specializations, {len(files) + 1} files; "

@@ -152,7 +152,7 @@ def host_section(root: Path, device: str) -> str:
     return "\n".join([head, "", *out]) + "\n"
 
 
-def routers_section(root: Path, here: str = README) -> str:
+def routers_section(root: Path, here: str = README, plans: list | None = None) -> str:
     """The bundled routers (every spec of a routing template that declares `routing:`): what each
     computes, from its spec, and what its call refuses (its gates)."""
     from k3gen.plan import resolve_all
@@ -163,7 +163,7 @@ def routers_section(root: Path, here: str = README) -> str:
         "| output | score × bias dtypes | serves a call only if |",
         "|" + " --- |" * 11,
     ]
-    for p in resolve_all(load_specs(root), root):
+    for p in plans if plans is not None else resolve_all(load_specs(root), root):
         s = p.spec
         if p.route is None or s.routing is None:
             continue
@@ -324,13 +324,13 @@ def summary_section(root: Path, device: str, here: str = README) -> str:
     return "\n".join([head, "", *out]) + "\n"
 
 
-def families_section(root: Path, here: str = README) -> str:
+def families_section(root: Path, here: str = README, plans: list | None = None) -> str:
     """Every bundled family with what it computes and its specializations, linked to its generated page."""
     from k3gen.plan import resolve_all
     from k3gen.spec.load import load_specs
 
     out = ["| family | what it computes | dtype cells | per arch | archs |", "| --- | --- | --- | --- | --- |"]
-    for p in sorted(resolve_all(load_specs(root), root), key=lambda p: p.name):
+    for p in sorted(plans if plans is not None else resolve_all(load_specs(root), root), key=lambda p: p.name):
         archs = ", ".join(a for b in p.backends for a in p.archs(b))
         page = _link(here, f"generated/docs/{p.name}.md")
         out.append(
@@ -402,13 +402,13 @@ SECTIONS = (
 )
 
 
-def render_section(root: Path, name: str, device: str | None, here: str = README) -> str:
+def render_section(root: Path, name: str, device: str | None, here: str = README, plans: list | None = None) -> str:
     if name == "compile":
         return compile_section(root)
     if name == "routers":
-        return routers_section(root, here)
+        return routers_section(root, here, plans)
     if name == "families":
-        return families_section(root, here)
+        return families_section(root, here, plans)
     if name == "spec_fields":
         return spec_fields_section(root)
     if device is not None:
@@ -427,11 +427,12 @@ def render_section(root: Path, name: str, device: str | None, here: str = README
     raise ValueError(f"{here}: no figures section '{name}{' ' + device if device else ''}'; known: {SECTIONS}")
 
 
-def render(root: Path, text: str, here: str = README) -> str:
-    """The text of `here` with every figures section rendered anew."""
+def render(root: Path, text: str, here: str = README, plans: list | None = None) -> str:
+    """The text of `here` with every figures section rendered anew (`plans`: the specs' plans, when
+    the caller has them: k3gen build)."""
 
     def one(m: re.Match) -> str:
-        return m.group(1) + render_section(root, m.group("name"), m.group("device"), here) + m.group(5)
+        return m.group(1) + render_section(root, m.group("name"), m.group("device"), here, plans) + m.group(5)
 
     return SECTION.sub(one, text)
 
@@ -458,14 +459,33 @@ def summary_text(root: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def _targets(root: Path) -> dict[str, str]:
+def _targets(root: Path, plans: list | None = None) -> dict[str, str]:
     """{relative path: its rendered text} for every file this module writes."""
+    if plans is None:
+        from k3gen.plan import resolve_all
+        from k3gen.spec.load import load_specs
+
+        plans = resolve_all(load_specs(root), root)
     out = {}
     for rel in figure_files(root):
         if (root / rel).is_file():
-            out[rel] = render(root, (root / rel).read_text(encoding="utf-8"), rel)
+            out[rel] = render(root, (root / rel).read_text(encoding="utf-8"), rel, plans)
     out[SUMMARY] = summary_text(root)
     return out
+
+
+def write_figures(root: Path, plans: list) -> list[str]:
+    """Render every figures section anew from `plans` and the committed results; the files it rewrote.
+    k3gen build calls it, so an edit's figures (a new arch in the families table) follow the spec."""
+    written = []
+    for rel, new in _targets(root, plans).items():
+        path = root / rel
+        if not path.is_file():  # a project without the page keeps without it
+            continue
+        if path.read_text(encoding="utf-8") != new:
+            write_if_changed(path, new)
+            written.append(rel)
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
