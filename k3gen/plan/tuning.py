@@ -25,6 +25,7 @@ no family; and a `tuning.fallback` that names no table of the family.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -235,7 +236,7 @@ def _read_table_file(spec, path: Path, root: Path, base: Tuning, variant_names: 
         raise SpecErrors(
             [SpecError(rel, exc.line, spec.kernel, "<file>", f"{exc.reason}; a tuning table is a plain file")]
         ) from None
-    located, errors = parse_yaml(text, rel, MAX_TABLE_NODES)
+    located, errors = _parsed_table(text, rel)
     if located is None:
         raise SpecErrors([replace(e, kernel=spec.kernel) for e in errors])
     picks, claims, name, errors = _read_table(located, rel, spec, base, variant_names)
@@ -254,6 +255,14 @@ def _read_table_file(spec, path: Path, root: Path, base: Tuning, variant_names: 
     if errors:
         raise SpecErrors(errors)
     return Table(device, rel, name, picks, claims, located)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_table(text: str, rel: str) -> tuple[LocatedData | None, list[SpecError]]:
+    """A table's parse, once per process for the same bytes and name: a table holds hundreds of rows,
+    and every resolve of the project (k3gen diff resolves two trees; the tests resolve many copies)
+    reads the same ones. Callers only read what it returns."""
+    return parse_yaml(text, rel, MAX_TABLE_NODES)
 
 
 def _read_table(located: LocatedData, rel: str, spec, base: Tuning, variant_names: list[str]):

@@ -15,6 +15,7 @@ from k3gen.spec.bounds import MAX_SOURCE_BYTES, MAX_SPEC_BYTES
 from k3gen.spec.errors import FieldError, SpecError, SpecErrors
 from k3gen.spec.grammar import IDENT, spec_file_problem
 from k3gen.spec.meaning import check_meaning
+from k3gen.spec.meaning.oracle_support import parsed_source
 from k3gen.spec.model import KernelSpec, RunnerTable, _suggest
 from k3gen.spec.paths import plain_file_inside
 from k3gen.spec.rules import check_spec
@@ -440,7 +441,7 @@ def _check_oracle(ls: LoadedSpec, root: Path) -> list[SpecError]:
         ]
     rel = module.relative_to(root).as_posix()
     try:
-        tree = ast.parse(read_text(module, root / "k3gen" / "oracles", MAX_SOURCE_BYTES, rel), filename=rel)
+        tree = parsed_source(read_text(module, root / "k3gen" / "oracles", MAX_SOURCE_BYTES, rel), rel)
     except Refused as exc:
         return [ls.error(("oracle",), f"oracle {s.oracle}: {exc}")]
     except SyntaxError as exc:

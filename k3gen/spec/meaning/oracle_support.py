@@ -11,6 +11,7 @@ The oracle is never imported: SUPPORTED is a literal, read with ast.literal_eval
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from k3gen.runtime.dtypes import DTYPES
@@ -66,6 +67,13 @@ def _shape_problem(value) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=32)
+def parsed_source(text: str, rel: str) -> ast.Module:
+    """An oracle module's syntax tree, once per process for the same text: k3gen.spec.load and this
+    check both read it for every spec that names it. Callers only read the tree."""
+    return ast.parse(text, filename=rel)
+
+
 def check_oracle_support(ls, root: Path) -> list[SpecError]:
     """Every generated dtype and string param value of the spec is one the oracle declares. An oracle
     that is missing or does not parse is k3gen.spec.load's error already."""
@@ -75,7 +83,7 @@ def check_oracle_support(ls, root: Path) -> list[SpecError]:
     if not plain_file_inside(path, Path(root) / "k3gen" / "oracles"):
         return []  # k3gen.spec.load refuses it; never read a FIFO or a link out of the project
     try:
-        tree = ast.parse(read_text(path, Path(root) / "k3gen" / "oracles", MAX_SOURCE_BYTES, rel))
+        tree = parsed_source(read_text(path, Path(root) / "k3gen" / "oracles", MAX_SOURCE_BYTES, rel), rel)
     except (OSError, SyntaxError, ValueError):  # k3gen.spec.load names what is wrong with the file
         return []
     supported, line, problem = read_supported(tree)
