@@ -160,7 +160,7 @@ def arch_legend(declared: list[tuple[str, str]]) -> list[str]:
 
     return [
         f"**{RUN}**: the generated tests ran and passed on a GPU of that arch"
-        f"{which(RUN, lambda b, a: f'{a} on an {RUN_ON_GPU[a]}')}; such an arch is compiled in CI too.",
+        f"{which(RUN, lambda b, a: f'{a} on {RUN_ON_GPU[a]}')}; such an arch is compiled in CI too.",
         f"**{COMPILED}**: CI compiles every translation unit: every declared CUDA arch with nvcc; HIP as device "
         f"code only, each arch with the Debian clang named (`{HIP_DEVICE_ONLY}`): CI has no ROCm device "
         "libraries, so no HIP library is linked there, and building one (`k3gen compile`, the JIT) needs ROCm"

@@ -13,8 +13,8 @@ from __future__ import annotations
 HIP_COMPILED_IN_CI = {"gfx942": "clang++-19", "gfx950": "clang++-22"}
 # Why a declared HIP arch outside that list is not compiled, in the docs' words.
 HIP_NOT_COMPILED_WHY = "no clang of CI's knows it"
-# Archs where the generated tests ran on a GPU, and which GPU (bench/results/h200/gpu_tests*.log).
-RUN_ON_GPU = {"sm_90a": "NVIDIA H200"}
+# Archs where every generated test ran on a GPU, and which GPUs (bench/results/<device>/gpu_tests*.log).
+RUN_ON_GPU = {"sm_90a": "NVIDIA H100, NVIDIA H200"}
 
 COMPILED, RUN, DECLARED = "compiled in CI", "run on a GPU", "declared only"
 
