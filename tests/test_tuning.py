@@ -166,6 +166,36 @@ def test_a_table_that_measured_other_code_leaves_its_variants_untuned(tmp_path, 
     assert "3 of 3 variants untuned" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("edit", "stale"),
+    [
+        (("// --- routing of one token", "// --- how one token is routed"), False),  # a comment
+        (('top_k: {min: 1, max: 64, why: "', 'top_k: {min: 1, max: 64, why: "at most: '), False),  # a limit's reason
+        (("constexpr int kWarpCandidates = 64;", "constexpr int kWarpCandidates = 48;"), True),  # a statement
+    ],
+    ids=["comment", "static_assert", "statement"],
+)
+def test_only_code_that_compiles_to_instructions_stales_a_table(tmp_path, capsys, edit, stale):
+    """What a table measured is the code without its comments and static_asserts (k3gen.render.code_only):
+    a reworded comment or limit keeps every pick, a statement's edit stales them all."""
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    _table(root, {n: _rows(128, 128, 256) for n in names})
+    old, new = edit
+    for path in (root / "templates/route_topk").iterdir():
+        text = path.read_text()
+        if old in text:
+            path.write_text(text.replace(old, new, 1))
+            break
+    else:
+        raise AssertionError(f"{old!r} is in no file of templates/route_topk")
+    rc, err = _build(root, capsys)
+    assert rc == 0
+    assert ("3 of 3 variants untuned (stale" in err) == stale, err
+    assert all(tuned for *_, tuned in _unit_rows(_unit(root))) != stale
+
+
 def test_a_variant_without_a_pick_is_untuned_and_the_others_keep_theirs(tmp_path, capsys):
     root = _project(tmp_path)
     assert _build(root, capsys)[0] == 0
@@ -630,3 +660,17 @@ def test_the_generated_wrapper_holds_the_plans_tables(gpus):
             if tb.device_name:
                 names[10 + row] = tb.device_name
                 assert tables.row(torch.device("cuda", 10 + row)) == row, (p.name, tb.device)
+
+
+def test_code_only_keeps_literals_and_cuts_whole_static_asserts():
+    from k3gen.render.code_only import code_only
+
+    src = (
+        'const char* p = "a // b /* c */";  // gone\n'
+        "  static_assert(f(x) > 0 && g(')') < 1,\n"
+        '                "why (with a paren) and \\" a quote");\n'
+        "/* gone\n too */ int x = ';'; \t\n"
+        "\n"
+        "#if K3_CUDA  // the line stays\n"
+    )
+    assert code_only(src) == "const char* p = \"a // b /* c */\";\nint x = ';';\n#if K3_CUDA"

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from k3gen.plan.family import KERNEL_HEADER, TU_EXT, FamilyPlan
 from k3gen.plan.tuning import FORMAT
+from k3gen.render.code_only import code_only
 from k3gen.runtime.cache import CSRC_PLACEHOLDER, BuildRequest
 from k3gen.runtime.variants import included_headers
 from k3gen.spec.errors import SpecError, SpecErrors
@@ -142,13 +143,14 @@ def _included(files: dict[str, str], family: str, unit: str) -> tuple[str, ...]:
 
 
 def identities(p: FamilyPlan, kernel_header: str, backend_header: str) -> dict[str, str]:
-    """What a table measures, per variant: the family's kernel code (rendered, before any picks),
-    its knobs, configs, buckets and shape, and the variant's parameters."""
+    """What a table measures, per variant: the family's kernel code (rendered, before any picks; its
+    comments and static_asserts left out, as they compile to nothing), its knobs, configs, buckets and
+    shape, and the variant's parameters."""
     t = p.tuning
     meaning = {"family": p.name, "knobs": t.knobs, "configs": t.configs, "buckets": t.buckets, "shape": t.shape}
     h = hashlib.sha256(json.dumps(meaning, sort_keys=True).encode())
     for text in (kernel_header, backend_header):
-        h.update(b"\0" + text.encode())
+        h.update(b"\0" + code_only(text).encode())
     out = {}
     for v in p.variants:
         hv = h.copy()
