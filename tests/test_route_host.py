@@ -169,15 +169,17 @@ def router_rows(m: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("backend", ["cuda", "hip"])
 @pytest.mark.parametrize("family", routers())
 def test_every_router_matches_its_oracle_on_the_host(tmp_path, family, backend):
-    exe = compile_host(tmp_path, family, backend, "rows.cpp", device_region(family))
-    e, k, m = constant(family, "num_experts"), constant(family, "top_k"), 48
+    region = device_region(family)
+    lanes = "route_lanes" in region  # the lanes strategies: only where the family may select them
+    exe = compile_host(tmp_path, family, backend, "rows.cpp", region, f"-DK3_HOST_LANES={int(lanes)}")
+    e, k, m = constant(family, "num_experts"), constant(family, "top_k"), 45  # spare groups of 8 and 4 lanes
     scores, bias = router_rows(m, e)
     write_inputs(tmp_path / "in.bin", m, scores, bias)
     want_w, want_ids = oracle.reference(
         oracle_variant(family, backend), scores, bias, topk=k, renormalize=1, routed_scaling_factor=1.0
     )
     ran = []
-    for strategy in (1, 2, 3, 4):  # block, warp, warp rounds, thread
+    for strategy in (1, 2, 3, 4, 5, 6) if lanes else (1, 2, 3, 4):  # block, warp, warp rounds, thread, lanes
         for threads in (128, 256):
             out = tmp_path / "out.bin"
             args = [str(exe), str(tmp_path / "in.bin"), str(out), str(strategy), str(threads)]
@@ -191,6 +193,7 @@ def test_every_router_matches_its_oracle_on_the_host(tmp_path, family, backend):
             assert ((apart <= 4) | (w.isnan() & want_w.isnan())).all(), f"strategy {strategy}: weights apart"
             ran.append(strategy)
     assert 2 in ran and 3 in ran  # every router takes the warp strategies
+    assert not lanes or (5 in ran and 6 in ran), ran
 
 
 def fused_configs() -> list[str]:

@@ -56,6 +56,9 @@ class FamilyView:
     buckets: list = field(default_factory=list)  # tuning buckets of M (docs)
     tables: dict = field(default_factory=dict)  # device -> its tuning table's file, in row order
     fallback: str = ""  # the device whose table serves a GPU with none of its own ("" : the default config)
+    # The values its `strategy` constant and knob may take: a routing header carries the code of a
+    # strategy that only some families select (the lanes strategies) for those alone.
+    strategies: tuple = ()
 
 
 def family_view(p: FamilyPlan) -> FamilyView:
@@ -89,7 +92,15 @@ def family_view(p: FamilyPlan) -> FamilyView:
         buckets=list(p.tuning.buckets) if p.tuning else [],
         tables={tb.device: tb.file for tb in p.tuning.tables} if p.tuning else {},
         fallback=(p.tuning.fallback or "") if p.tuning else "",
+        strategies=_strategies(s),
     )
+
+
+def _strategies(s) -> tuple:
+    if "strategy" not in s.constants:
+        return ()
+    knob = s.tuning.knobs.get("strategy", []) if s.tuning else []
+    return tuple(sorted({s.constants["strategy"], *knob}))
 
 
 @dataclass(frozen=True)

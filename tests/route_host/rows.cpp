@@ -3,7 +3,8 @@
 // compares them with the family's oracle (k3gen.oracles.route_topk), which follows every routing axis.
 // Usage: rows IN OUT STRATEGY THREADS. IN: M (int64), M x E fp32 scores, E fp32 biases. OUT: M x K fp32
 // weights, M x K int32 ids (renormalized, scale 1). Exit 2: a strategy this family cannot take.
-// -DK3_HOST_E= -DK3_HOST_K= the family's num_experts and top_k.
+// -DK3_HOST_E= -DK3_HOST_K= the family's num_experts and top_k; -DK3_HOST_LANES=1 where its header has
+// the lanes strategies.
 #include "shim.h"
 
 namespace fam {
@@ -19,6 +20,9 @@ template <int strategy>
 constexpr bool takes() {
   if constexpr (strategy == kStrategyBlock) return kScoring != kScoringSoftmax && !kScoringAfter && kGroups == 1;
   if constexpr (strategy == kStrategyThread) return E <= 32 && kGroups == 1;
+#if K3_HOST_LANES
+  if constexpr (strategy_lanes(strategy) > 0) return E >= strategy_lanes(strategy) && kGroups == 1;
+#endif
   return K <= K3_WARP_SIZE;  // the warp keeps pick r on lane r
 }
 
@@ -60,6 +64,10 @@ int main(int argc, char** argv) {
     case kStrategyWarp: ran = route_at<kStrategyWarp>(threads, M, s, b, weights.data(), ids.data()); break;
     case kStrategyWarpRounds: ran = route_at<kStrategyWarpRounds>(threads, M, s, b, weights.data(), ids.data()); break;
     case kStrategyThread: ran = route_at<kStrategyThread>(threads, M, s, b, weights.data(), ids.data()); break;
+#if K3_HOST_LANES  // the lanes strategies: in the header of a family that may select them
+    case kStrategyLanes8: ran = route_at<kStrategyLanes8>(threads, M, s, b, weights.data(), ids.data()); break;
+    case kStrategyLanes4: ran = route_at<kStrategyLanes4>(threads, M, s, b, weights.data(), ids.data()); break;
+#endif
     default: return 1;
   }
   if (!ran) return 2;

@@ -839,6 +839,193 @@ K3_DEVICE void route_thread(const T_score* __restrict__ scores, const T_bias* __
   }
 }
 
+// --- the lanes strategies: a group of lanes per token, 8 (strategy 5) or 4 (strategy 6) --------
+// Rendered only into the headers of families whose `strategy` may be 5 or 6 (device.cuh.j2), so that
+// no other family's code, or tuning table, changes with it. Where a warp per token is shuffle-bound
+// (64 experts: two per lane, K rounds or a 32-lane sort per token), a group of 8 lanes serves 4 tokens
+// of a warp with the same shuffles: each lane holds E / 8 keys, and a round is 3 steps, not 5.
+
+constexpr int kStrategyLanes8 = 5;  // block_threads / 8 tokens per block, 8 lanes each (route_lanes)
+constexpr int kStrategyLanes4 = 6;  // block_threads / 4 tokens per block, 4 lanes each
+
+// The lanes per token of a lanes strategy; 0 for the others.
+__host__ __device__ constexpr int strategy_lanes(int strategy) {
+  return strategy == kStrategyLanes8 ? 8 : strategy == kStrategyLanes4 ? 4 : 0;
+}
+
+// The largest key of a group of L lanes (lanes g * L .. g * L + L - 1, L a power of two), in each of them.
+template <int L>
+K3_DEVICE uint64_t group_max_key(uint64_t v) {
+#pragma unroll
+  for (int d = L / 2; d > 0; d >>= 1) {
+    const uint64_t o = k3::shfl_xor(v, d);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+
+template <int L>
+K3_DEVICE float group_max_float(float v) {
+#pragma unroll
+  for (int d = L / 2; d > 0; d >>= 1) v = fmaxf(v, k3::shfl_xor(v, d));
+  return v;
+}
+
+// A softmax's row sum in warp_sum's order, so every strategy gives the same bits: there, warp lane l
+// adds experts e = j * W + l by j, then a butterfly over butterfly_lanes(E) lanes. Group lane s holds
+// experts s + L * q, which are warp lane l = s + L * i's at q = j * (W / L) + i: it adds each of its
+// warp lanes' terms by j, runs the butterfly's steps d >= L among them (l and l ^ d are both its own)
+// and the steps d < L across the group (each step's pair adds the same two numbers either way).
+template <int L, int n, int E>
+K3_DEVICE float lanes_softmax_sum(const float (&ex)[n]) {
+  constexpr int W = K3_WARP_SIZE, lanes = butterfly_lanes(E), held = lanes / L;
+  static_assert(lanes % L == 0 && W % L == 0, "each group lane holds whole warp lanes");
+  float v[held];
+#pragma unroll
+  for (int i = 0; i < held; ++i) {
+    v[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < (E + W - 1) / W; ++j) {
+      const int q = j * (W / L) + i;
+      v[i] += q < n ? ex[q] : 0.0f;  // past E: the +0 warp_sum adds too
+    }
+  }
+#pragma unroll
+  for (int d = lanes / 2; d >= L; d >>= 1) {
+    float w[held];
+#pragma unroll
+    for (int i = 0; i < held; ++i) w[i] = v[i] + v[i ^ (d / L)];
+#pragma unroll
+    for (int i = 0; i < held; ++i) v[i] = w[i];
+  }
+  float total = v[0];
+#pragma unroll
+  for (int d = L / 2; d > 0; d >>= 1) total += k3::shfl_xor(total, d);
+  return total;
+}
+
+// One token's top-K by a group of L lanes: lane s holds experts s, s + L, ... (each load of the group
+// reads L neighbours), scored and biased as route_warp does, then K rounds each take the group's
+// largest composite key (unique: the same picks in the same order as every strategy) and every lane
+// keeps the picks. `live`: a spare group of the last warp runs along (its shuffles span the warp)
+// on a real row and writes nothing.
+template <int L, typename T_score, typename T_bias, int E, int K>
+K3_DEVICE void route_lanes(const T_score* __restrict__ scores, const T_bias* __restrict__ bias,
+                           float* __restrict__ weights, int32_t* __restrict__ ids, bool live, bool renormalize,
+                           float scale) {
+  constexpr int n = (E + L - 1) / L;
+  static_assert(K <= E && n <= 32 && kGroups == 1,
+                "a lane keeps at most 32 keys in registers, without groups (strategy: 2 or 3 serve the rest)");
+  constexpr bool softmax_first = kScoring == kScoringSoftmax && !kScoringAfter;
+  constexpr bool divide_late = softmax_first && kBiasAt == kBiasNone;
+  const int lane = int(threadIdx.x % L);
+  const int base = int(threadIdx.x % K3_WARP_SIZE) - lane;  // the group's first lane in its warp
+  float x[n], add[n];
+#pragma unroll
+  for (int q = 0; q < n; ++q) {  // every load first, then the math
+    const int e = q * L + lane;
+    x[q] = e < E ? k3::to_float(scores[e]) : 0.0f;
+    add[q] = kBiasAt != kBiasNone && e < E ? k3::to_float(bias[e]) : 0.0f;
+  }
+  float weight[n], value[n];
+  float total = 1.0f;
+  if constexpr (kScoringAfter) {
+#pragma unroll
+    for (int q = 0; q < n; ++q) {
+      weight[q] = x[q];
+      value[q] = kBiasAt == kBiasLogits ? x[q] + add[q] : x[q];
+    }
+  } else if constexpr (softmax_first) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < n; ++q) m = q * L + lane < E ? fmaxf(m, x[q]) : m;
+    m = group_max_float<L>(m);
+#pragma unroll
+    for (int q = 0; q < n; ++q) weight[q] = q * L + lane < E ? expf(x[q] - m) : 0.0f;
+    total = lanes_softmax_sum<L, n, E>(weight);
+#pragma unroll
+    for (int q = 0; q < n; ++q) {
+      if constexpr (!divide_late) weight[q] = weight[q] / total;
+      value[q] = kBiasAt == kBiasScores ? weight[q] + add[q] : x[q];
+    }
+  } else {
+    route_score_all(x, weight);
+#pragma unroll
+    for (int q = 0; q < n; ++q) value[q] = kBiasAt != kBiasNone ? weight[q] + add[q] : weight[q];
+  }
+  uint64_t key[n];
+#pragma unroll
+  for (int q = 0; q < n; ++q) key[q] = q * L + lane < E ? warp_key(value[q], q * L + lane) : 0;
+  uint64_t best = 0;
+  float best_weight = 0.0f;
+#pragma unroll
+  for (int q = 0; q < n; ++q) {
+    if (key[q] > best) {
+      best = key[q];
+      best_weight = weight[q];
+    }
+  }
+  float picked_weight[K];
+  int picked_id[K];
+#pragma unroll
+  for (int r = 0; r < K; ++r) {
+    const uint64_t top = group_max_key<L>(best);
+    const int e = int(top & 0x7fffu);
+    picked_id[r] = e;
+    picked_weight[r] = k3::shfl(best_weight, base + e % L);
+    if (best == top) {  // the lane that held it (keys are unique): its next best
+      best = 0;
+#pragma unroll
+      for (int q = 0; q < n; ++q) {
+        key[q] = key[q] == top ? 0 : key[q];
+        if (key[q] > best) {
+          best = key[q];
+          best_weight = weight[q];
+        }
+      }
+    }
+  }
+  if constexpr (divide_late) {
+#pragma unroll
+    for (int r = 0; r < K; ++r) picked_weight[r] = picked_weight[r] / total;
+  }
+  if constexpr (kScoringAfter) {  // scored over the K picks only, as route_thread
+    if constexpr (kScoring == kScoringSoftmax) {
+      float m = -INFINITY;
+#pragma unroll
+      for (int r = 0; r < K; ++r) m = fmaxf(m, picked_weight[r]);
+      float ex[K], picked_total = 0.0f;
+#pragma unroll
+      for (int r = 0; r < K; ++r) {
+        ex[r] = expf(picked_weight[r] - m);
+        picked_total += ex[r];  // rank order, as the oracle adds
+      }
+#pragma unroll
+      for (int r = 0; r < K; ++r) picked_weight[r] = ex[r] / picked_total;
+    } else {
+#pragma unroll
+      for (int r = 0; r < K; ++r) picked_weight[r] = route_score(picked_weight[r]);
+    }
+  }
+  float sum = 0.0f;  // rank order, one fp32 add at a time, as the oracle adds
+#pragma unroll
+  for (int r = 0; r < K; ++r) sum += picked_weight[r];
+  const float denom = renorm_denominator(sum, renormalize);
+#pragma unroll
+  for (int r = 0; r < K; ++r) {
+    if (live && r % L == lane) {  // the group's lanes write the picks in turn
+      int slot = r;  // by rank; unsorted: in expert-id order
+      if constexpr (!kSorted) {
+        slot = 0;
+#pragma unroll
+        for (int j = 0; j < K; ++j) slot += picked_id[j] < picked_id[r];
+      }
+      weights[slot] = picked_weight[r] / denom * scale;
+      ids[slot] = picked_id[r];
+    }
+  }
+}
+
 // How a routing block serves its tokens: the `strategy` knob of route_topk and route_quant_fused.
 constexpr int kStrategyBlock = 1;       // one block per token: the radix select of route_row
 constexpr int kStrategyWarp = 2;        // block_threads / warp size tokens per block, one warp each (route_warp)
@@ -850,6 +1037,7 @@ template <int strategy, int block_threads>
 __host__ __device__ constexpr int64_t routing_blocks(int64_t M) {
   constexpr int64_t per_block = strategy == kStrategyBlock    ? 1
                                 : strategy == kStrategyThread ? block_threads
+                                : strategy_lanes(strategy) > 0 ? block_threads / strategy_lanes(strategy)
                                                               : block_threads / K3_WARP_SIZE;
   return (M + per_block - 1) / per_block;
 }
@@ -868,6 +1056,15 @@ K3_DEVICE void route_block(int64_t block, const T_score* __restrict__ scores, in
     if (row >= M) return;
     route_thread<T_score, T_bias, E, K>(scores + row * scores_stride0, bias, weights + row * K, ids + row * K,
                                         renormalize, scale);
+  } else if constexpr (strategy_lanes(strategy) > 0) {
+    constexpr int L = strategy_lanes(strategy), per_block = block_threads / L;
+    const int64_t row = block * per_block + threadIdx.x / L;
+    const int64_t first = block * per_block + threadIdx.x / K3_WARP_SIZE * (K3_WARP_SIZE / L);  // its warp's first row
+    if (first >= M) return;  // whole warps: a group's shuffles span its warp
+    const bool live = row < M;
+    const int64_t at = live ? row : M - 1;
+    route_lanes<L, T_score, T_bias, E, K>(scores + at * scores_stride0, bias, weights + at * K, ids + at * K, live,
+                                          renormalize, scale);
   } else {
     constexpr int per_block = block_threads / K3_WARP_SIZE;
     __shared__ WarpShared ws[per_block];
@@ -905,7 +1102,7 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   #endif
   static_assert(num_experts >= 1 && num_experts <= 1024, "num_experts: templates/route_topk/limits.yaml:18 allows at least 1; at most 1024");
   static_assert(top_k >= 1 && top_k <= 64, "top_k: templates/route_topk/limits.yaml:22 allows at least 1; at most 64");
-  static_assert((strategy == 1 || strategy == 2 || strategy == 3 || strategy == 4), "strategy: templates/route_topk/limits.yaml:23 allows 1, 2, 3, 4");
+  static_assert((strategy == 1 || strategy == 2 || strategy == 3 || strategy == 4 || strategy == 5 || strategy == 6), "strategy: templates/route_topk/limits.yaml:23 allows 1, 2, 3, 4, 5, 6");
   static_assert((block_threads == 128 || block_threads == 256 || block_threads == 448 || block_threads == 512), "block_threads: templates/route_topk/limits.yaml:26 allows 128, 256, 448, 512");
   static_assert((kScoring == kScoringSigmoid || kScoring == kScoringSoftmax || kScoring == kScoringSqrtSoftplus || kScoring == kScoringNone), "routing.scoring: templates/route_topk/limits.yaml:11 allows sigmoid, softmax, sqrt_softplus, none");
   static_assert((kScoringAfter == false || kScoringAfter == true), "routing.scoring_at: templates/route_topk/limits.yaml:12 allows before, after");
@@ -918,6 +1115,9 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   static_assert(((strategy != 1) || (!(grouped || softmax || scoring_after))), "templates/route_topk/limits.yaml:33 requires strategy != 1 or not (grouped or softmax or scoring_after): one block per token keys each expert on its own: a softmax over the row, grouped selection and scoring after the top-K run in the warp strategies (strategy: 2 or 3)");
   static_assert(((strategy == 1) || (top_k <= 32)), "templates/route_topk/limits.yaml:35 requires strategy == 1 or top_k <= 32: the warp strategy keeps pick r on lane r: at most 32 picks (a CUDA warp)");
   static_assert(((strategy != 4) || ((num_experts <= 32) && (!grouped))), "templates/route_topk/limits.yaml:36 requires strategy != 4 or (num_experts <= 32 and not grouped): one thread per token keeps its whole row in registers: at most 32 experts, and no groups (strategy: 2 or 3 serve the rest)");
+  static_assert(((strategy < 5) || (!grouped)), "templates/route_topk/limits.yaml:37 requires strategy < 5 or not grouped: the lanes strategies keep no groups (strategy: 2 or 3 serve a grouped router)");
+  static_assert(((strategy != 5) || ((num_experts >= 8) && (num_experts <= 256))), "templates/route_topk/limits.yaml:38 requires strategy != 5 or (num_experts >= 8 and num_experts <= 256): 8 lanes per token, each holding at most 32 of the row's keys");
+  static_assert(((strategy != 6) || ((num_experts >= 4) && (num_experts <= 128))), "templates/route_topk/limits.yaml:39 requires strategy != 6 or (num_experts >= 4 and num_experts <= 128): 4 lanes per token, each holding at most 32 of the row's keys");
   if (a.M == 0) return K3_SUCCESS;  // no token, no launch (a grid of no blocks is a launch error)
   const int64_t blocks = routing_blocks<strategy, block_threads>(a.M);  // M < 2^31 (a gate): fits a grid
   return k3::launch(route_topk_kernel<T_score, T_bias, FAST_MATH, VEC, strategy, block_threads>, dim3(unsigned(blocks)), dim3(block_threads), 0,

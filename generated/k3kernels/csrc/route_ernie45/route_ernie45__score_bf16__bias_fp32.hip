@@ -17,14 +17,14 @@ int route_ernie45__score_bf16__bias_fp32(const Args& a, k3_stream_t stream, char
   constexpr int buckets = 6;
   constexpr int tables = 2;
   static constexpr int8_t bucket_config[tables][buckets] = {
-      {3, 3, 3, 3, 0, 0},  // 0: h100, specs/tuning/route_ernie45.h100.yaml
-      {4, 3, 3, 3, 0, 0},  // 1: h200, specs/tuning/route_ernie45.h200.yaml
+      {0, 0, 0, 0, 0, 0},  // 0: h100, untuned (stale in specs/tuning/route_ernie45.h100.yaml)
+      {0, 0, 0, 0, 0, 0},  // 1: h200, untuned (stale in specs/tuning/route_ernie45.h200.yaml)
   };
-  static constexpr bool tuned[tables] = {true, true};
+  static constexpr bool tuned[tables] = {false, false};
   // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
   static constexpr const char* notes[tables + 1] = {
-      "specs/tuning/route_ernie45.h100.yaml; ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_ernie45`",
-      "specs/tuning/route_ernie45.h200.yaml; ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_ernie45`",
+      "route_ernie45__score_bf16__bias_fp32 is untuned (stale in specs/tuning/route_ernie45.h100.yaml); ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_ernie45`",
+      "route_ernie45__score_bf16__bias_fp32 is untuned (stale in specs/tuning/route_ernie45.h200.yaml); ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_ernie45`",
       "route_ernie45__score_bf16__bias_fp32 is untuned on this GPU (tables: h100, h200; none serves it); ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_ernie45`",
   };
   static std::atomic<bool> said[tables + 1];
@@ -34,14 +34,18 @@ int route_ernie45__score_bf16__bias_fp32(const Args& a, k3_stream_t stream, char
               : k3::untuned_config(tuning, said[row], "route_ernie45", notes[row])) {
     case 1:  // strategy=2, block_threads=256
       return k3::status(launch<k3_bf16, float, false, 1, /*strategy=*/2, /*block_threads=*/256>(a, stream), err, err_len, "route_ernie45__score_bf16__bias_fp32");
-    case 2:  // strategy=2, block_threads=512
-      return k3::status(launch<k3_bf16, float, false, 1, /*strategy=*/2, /*block_threads=*/512>(a, stream), err, err_len, "route_ernie45__score_bf16__bias_fp32");
-    case 3:  // strategy=3, block_threads=128
+    case 2:  // strategy=3, block_threads=128
       return k3::status(launch<k3_bf16, float, false, 1, /*strategy=*/3, /*block_threads=*/128>(a, stream), err, err_len, "route_ernie45__score_bf16__bias_fp32");
-    case 4:  // strategy=3, block_threads=256
+    case 3:  // strategy=3, block_threads=256
       return k3::status(launch<k3_bf16, float, false, 1, /*strategy=*/3, /*block_threads=*/256>(a, stream), err, err_len, "route_ernie45__score_bf16__bias_fp32");
-    case 5:  // strategy=3, block_threads=512
-      return k3::status(launch<k3_bf16, float, false, 1, /*strategy=*/3, /*block_threads=*/512>(a, stream), err, err_len, "route_ernie45__score_bf16__bias_fp32");
+    case 4:  // strategy=5, block_threads=128
+      return k3::status(launch<k3_bf16, float, false, 1, /*strategy=*/5, /*block_threads=*/128>(a, stream), err, err_len, "route_ernie45__score_bf16__bias_fp32");
+    case 5:  // strategy=5, block_threads=256
+      return k3::status(launch<k3_bf16, float, false, 1, /*strategy=*/5, /*block_threads=*/256>(a, stream), err, err_len, "route_ernie45__score_bf16__bias_fp32");
+    case 6:  // strategy=6, block_threads=128
+      return k3::status(launch<k3_bf16, float, false, 1, /*strategy=*/6, /*block_threads=*/128>(a, stream), err, err_len, "route_ernie45__score_bf16__bias_fp32");
+    case 7:  // strategy=6, block_threads=256
+      return k3::status(launch<k3_bf16, float, false, 1, /*strategy=*/6, /*block_threads=*/256>(a, stream), err, err_len, "route_ernie45__score_bf16__bias_fp32");
     default:  // 0: strategy=2, block_threads=128, the spec's default
       return k3::status(launch<k3_bf16, float, false, 1, /*strategy=*/2, /*block_threads=*/128>(a, stream), err, err_len, "route_ernie45__score_bf16__bias_fp32");
   }

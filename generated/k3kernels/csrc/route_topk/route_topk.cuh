@@ -963,7 +963,7 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   #endif
   static_assert(num_experts >= 1 && num_experts <= 1024, "num_experts: templates/route_topk/limits.yaml:18 allows at least 1; at most 1024");
   static_assert(top_k >= 1 && top_k <= 64, "top_k: templates/route_topk/limits.yaml:22 allows at least 1; at most 64");
-  static_assert((strategy == 1 || strategy == 2 || strategy == 3 || strategy == 4), "strategy: templates/route_topk/limits.yaml:23 allows 1, 2, 3, 4");
+  static_assert((strategy == 1 || strategy == 2 || strategy == 3 || strategy == 4 || strategy == 5 || strategy == 6), "strategy: templates/route_topk/limits.yaml:23 allows 1, 2, 3, 4, 5, 6");
   static_assert((block_threads == 128 || block_threads == 256 || block_threads == 448 || block_threads == 512), "block_threads: templates/route_topk/limits.yaml:26 allows 128, 256, 448, 512");
   static_assert((kScoring == kScoringSigmoid || kScoring == kScoringSoftmax || kScoring == kScoringSqrtSoftplus || kScoring == kScoringNone), "routing.scoring: templates/route_topk/limits.yaml:11 allows sigmoid, softmax, sqrt_softplus, none");
   static_assert((kScoringAfter == false || kScoringAfter == true), "routing.scoring_at: templates/route_topk/limits.yaml:12 allows before, after");
@@ -976,6 +976,9 @@ k3_error_t launch(const Args& a, k3_stream_t stream) {
   static_assert(((strategy != 1) || (!(grouped || softmax || scoring_after))), "templates/route_topk/limits.yaml:33 requires strategy != 1 or not (grouped or softmax or scoring_after): one block per token keys each expert on its own: a softmax over the row, grouped selection and scoring after the top-K run in the warp strategies (strategy: 2 or 3)");
   static_assert(((strategy == 1) || (top_k <= 32)), "templates/route_topk/limits.yaml:35 requires strategy == 1 or top_k <= 32: the warp strategy keeps pick r on lane r: at most 32 picks (a CUDA warp)");
   static_assert(((strategy != 4) || ((num_experts <= 32) && (!grouped))), "templates/route_topk/limits.yaml:36 requires strategy != 4 or (num_experts <= 32 and not grouped): one thread per token keeps its whole row in registers: at most 32 experts, and no groups (strategy: 2 or 3 serve the rest)");
+  static_assert(((strategy < 5) || (!grouped)), "templates/route_topk/limits.yaml:37 requires strategy < 5 or not grouped: the lanes strategies keep no groups (strategy: 2 or 3 serve a grouped router)");
+  static_assert(((strategy != 5) || ((num_experts >= 8) && (num_experts <= 256))), "templates/route_topk/limits.yaml:38 requires strategy != 5 or (num_experts >= 8 and num_experts <= 256): 8 lanes per token, each holding at most 32 of the row's keys");
+  static_assert(((strategy != 6) || ((num_experts >= 4) && (num_experts <= 128))), "templates/route_topk/limits.yaml:39 requires strategy != 6 or (num_experts >= 4 and num_experts <= 128): 4 lanes per token, each holding at most 32 of the row's keys");
   if (a.M == 0) return K3_SUCCESS;  // no token, no launch (a grid of no blocks is a launch error)
   const int64_t blocks = routing_blocks<strategy, block_threads>(a.M);  // M < 2^31 (a gate): fits a grid
   return k3::launch(route_topk_kernel<T_score, T_bias, FAST_MATH, VEC, strategy, block_threads>, dim3(unsigned(blocks)), dim3(block_threads), 0,
