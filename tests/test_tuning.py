@@ -162,6 +162,8 @@ def test_a_table_that_measured_other_code_leaves_its_variants_untuned(tmp_path, 
     ) in err
     stale = "h200, untuned (stale in specs/tuning/route_topk.h200.yaml)"
     assert _unit_rows(_unit(root)) == [([0, 0, 0], stale, False)]
+    doc = (root / "generated/docs/route_topk.md").read_text()
+    assert "`specs/tuning/route_topk.h200.yaml`; 3 of 3 variants untuned (stale) run the default config" in doc
     assert main(["--root", str(root), "check"]) == 0
     assert "3 of 3 variants untuned" in capsys.readouterr().err
 
@@ -453,7 +455,7 @@ def test_a_table_per_device_each_compiled_as_its_own_row(tmp_path, capsys):
     assert "  int32_t k3_device_table;\n};" in abi  # the ctypes struct's last field too
     assert '("k3_device_table", ctypes.c_int32),\n]' in wrapper
     doc = (root / "generated/docs/route_topk.md").read_text()
-    assert "| `h100` | its own: `specs/tuning/route_topk.h100.yaml` |" in doc
+    assert "| `h100` | its own: `specs/tuning/route_topk.h100.yaml`; 1 of 3 variants untuned (no pick) run" in doc
     assert "| another GPU | the spec's default config (block_threads=256) |" in doc
     assert main(["--root", str(root), "check"]) == 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import jinja2
@@ -67,7 +68,10 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
     errors = []
     for p in plans:
         try:
-            rendered = {**render_family(env, p, backend_header), **render_doc(env, p)}
+            family = render_family(env, p, backend_header)
+            # The doc says which tables serve, and where a table's picks no longer stand (its code changed).
+            settled = replace(p, tuning=keys.settled_from(p, {**files, **family}))
+            rendered = {**family, **render_doc(env, settled)}
         except (jinja2.TemplateError, KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
             errors.append(located(p, exc, root))
             continue
