@@ -68,10 +68,7 @@ def render_all(plans: list[FamilyPlan], root: Path) -> dict[str, str]:
     errors = []
     for p in plans:
         try:
-            family = render_family(env, p, backend_header)
-            # The doc says which tables serve, and where a table's picks no longer stand (its code changed).
-            settled = replace(p, tuning=keys.settled_from(p, {**files, **family}))
-            rendered = {**family, **render_doc(env, settled)}
+            rendered = render_family(env, p, backend_header)
         except (jinja2.TemplateError, KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
             errors.append(located(p, exc, root))
             continue
@@ -163,6 +160,8 @@ def render_family(env: jinja2.Environment, p: FamilyPlan, backend_header: str) -
         out["tests/test_runners.py"] = _render(
             env, "common/test_runners.py.j2", p, fam=fam, k3kernels_imports=imports, data=runner_test_data(p)
         )
+    # The doc says which tables serve, and where a table's picks no longer stand (its code changed).
+    out.update(render_doc(env, p if tuned is None else replace(p, tuning=tuned)))
     return out
 
 
