@@ -8,7 +8,8 @@ name their package k3kernels), alternating, on the GPU machine:
     PYTHONPATH=$PWD:$PWD/generated python3 bench/kernel_times.py --tag after --out X.jsonl
 
 Each line of X.jsonl: {"tag", "family", "case", "M", "us"} (CUDA graph of 20 calls, median of 30
-replays, as bench.py). `--family` narrows: situ_and_mul, per_token_group_quant, routers, route_quant_fused.
+replays, as bench.py). `--family` narrows: situ_and_mul, per_token_group_quant, routers, route_quant_fused;
+`--router` narrows the routers to those named (the ones a change touches).
 """
 
 from __future__ import annotations
@@ -64,11 +65,11 @@ def per_token_group_quant():
             yield f"{dt} G{g} {fmt}", m, call
 
 
-def routers():
+def routers(only: list[str] | None = None):
     import k3kernels
 
     for name in sorted(k3kernels.FAMILIES):
-        if not name.startswith("route_") or name == "route_quant_fused":
+        if not name.startswith("route_") or name == "route_quant_fused" or (only and name not in only):
             continue
         fam = importlib.import_module(f"k3kernels.{name}")
         op, e, k = getattr(fam, name), fam.num_experts, fam.top_k
@@ -108,10 +109,12 @@ def main() -> None:
     ap.add_argument("--tag", required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    ap.add_argument("--router", action="append", help="only these routers (of --family routers); default all")
     args = ap.parse_args()
     with args.out.open("a") as f:
         for family in args.family or sorted(FAMILIES):
-            for case, m, fn in FAMILIES[family]():
+            cases = FAMILIES[family](args.router) if family == "routers" else FAMILIES[family]()
+            for case, m, fn in cases:
                 row = {"tag": args.tag, "family": family, "case": case, "M": m, "us": round(time_graph_us(fn), 3)}
                 f.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)
