@@ -8,8 +8,8 @@
 # (decode sizes, phase clocks) and warp select in build/before and in this tree, alternately in one
 # run (bench/route_probe/select_times.sh). Several modes run in order:
 # MODE="tests tune bench". TESTS (pytest paths, default every generated test and the fast-path GPU
-# tests), TUNE (families, default --all), BENCH (families) and KT (kernel_times families) narrow a
-# mode; `rebuild` runs k3gen build between them (the tables `tune` wrote, compiled in). Logs and
+# tests), TUNE (families, default --all), BENCH (families), KT (kernel_times families) and ROUTERS
+# (the routers of `times` and `bench`, with KT=routers / BENCH=routers) narrow a mode; `rebuild` runs k3gen build between them (the tables `tune` wrote, compiled in). Logs and
 # results are packed into $OUT/k3results-$MODE.tgz (the device tool returns 8 files).
 set -uo pipefail
 MODE=${MODE:-tests}
@@ -66,10 +66,16 @@ elif [ "$MODE" = times ]; then
   for tag in ${TIMES_ORDER:-before after before after}; do
     tree=$PWD; [ "$tag" = before ] && tree=$PWD/build/before
     PYTHONPATH=$tree:$tree/generated timeout "${TIMES_TIMEOUT:-150}" python3 bench/kernel_times.py --tag "$tag" \
-      --out "$OUT/kernel_times.jsonl" $(for f in ${KT:-}; do echo --family "$f"; done) 2>&1 | grep -v Warning | tail -2
+      --out "$OUT/kernel_times.jsonl" $(for f in ${KT:-}; do echo --family "$f"; done) \
+      $(for r in ${ROUTERS:-}; do echo --router "$r"; done) 2>&1 | grep -v Warning | tail -2
   done
 else
+  if [ -n "${ROUTERS:-}" ]; then  # bench.py --router re-times those rows of the committed routers.json
+    slug=$(python3 -c "import torch; from k3gen.runtime.devices import device_slug; print(device_slug(torch.cuda.get_device_name()))")
+    cp "bench/results/$slug/routers.json" "$OUT/" 2>/dev/null
+  fi
   timeout "${BENCH_TIMEOUT:-500}" python3 bench/bench.py --out "$OUT" $(for f in ${BENCH:-}; do echo --family "$f"; done) \
+    $(for r in ${ROUTERS:-}; do echo --router "$r"; done) \
     2>&1 | grep -v Warning | tee "$OUT/bench.log" "$FINAL/bench.partial.log"  # the partial log: as gpu_tests'
   rm -f "$FINAL/bench.partial.log"
 fi
