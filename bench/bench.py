@@ -215,9 +215,13 @@ def bench_routers(only: list[str] | None = None) -> tuple[list[dict], list[str]]
 
     torch._dynamo.config.cache_size_limit = 256
     device = device_slug(torch.cuda.get_device_name())
+    names = [n for n in sorted(ROUTERS) if n in k3kernels.FAMILIES]
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise SystemExit(f"bench: no router {', '.join(unknown)}; the routers: {', '.join(names)}")
     rows, verdicts = [], []
-    for name in sorted(ROUTERS):
-        if name not in k3kernels.FAMILIES or (only and name not in only):
+    for name in names:
+        if only and name not in only:
             continue
         fam = importlib.import_module(f"k3kernels.{name}")
         op = getattr(fam, name)

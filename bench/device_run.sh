@@ -9,8 +9,9 @@
 # run (bench/route_probe/select_times.sh). Several modes run in order:
 # MODE="tests tune bench". TESTS (pytest paths, default every generated test and the fast-path GPU
 # tests), TUNE (families, default --all), BENCH (families), KT (kernel_times families) and ROUTERS
-# (the routers of `times` and `bench`, with KT=routers / BENCH=routers) narrow a mode; `rebuild` runs k3gen build between them (the tables `tune` wrote, compiled in). Logs and
-# results are packed into $OUT/k3results-$MODE.tgz (the device tool returns 8 files).
+# (the routers of `times` and `bench`, with KT=routers / BENCH=routers) narrow a mode; `rebuild`
+# runs k3gen build between them (the tables `tune` wrote, compiled in). Logs and results are packed
+# into $OUT/k3results-$MODE.tgz (the device tool returns 8 files).
 set -uo pipefail
 MODE=${MODE:-tests}
 FINAL=${OUT:-/tmp/k3out}; OUT=$(mktemp -d); mkdir -p "$FINAL"

@@ -68,8 +68,12 @@ def per_token_group_quant():
 def routers(only: list[str] | None = None):
     import k3kernels
 
-    for name in sorted(k3kernels.FAMILIES):
-        if not name.startswith("route_") or name == "route_quant_fused" or (only and name not in only):
+    names = [n for n in sorted(k3kernels.FAMILIES) if n.startswith("route_") and n != "route_quant_fused"]
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise SystemExit(f"kernel_times: no router {', '.join(unknown)}; the routers: {', '.join(names)}")
+    for name in names:
+        if only and name not in only:
             continue
         fam = importlib.import_module(f"k3kernels.{name}")
         op, e, k = getattr(fam, name), fam.num_experts, fam.top_k
