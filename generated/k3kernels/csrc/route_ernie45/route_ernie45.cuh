@@ -904,6 +904,64 @@ K3_DEVICE float lanes_softmax_sum(const float (&ex)[n]) {
   return total;
 }
 
+// The T largest of a lane's keys below `below`, largest first, with their weights (0: fewer than T).
+// A lane holds its list through the K rounds and looks again only when a round takes the last one:
+// with 16 of 64 experts a lane, a token's 6 picks take a 4th from one lane in about 3% of tokens,
+// where a rescan each time one is taken (K rounds, E / L keys each) was most of the work.
+constexpr int kLanesHeld = 3;
+
+template <int T, int n>
+K3_DEVICE void lanes_largest(const uint64_t (&key)[n], const float (&weight)[n], uint64_t below,
+                             uint64_t (&held)[T], float (&held_weight)[T]) {
+#pragma unroll
+  for (int i = 0; i < T; ++i) {
+    held[i] = 0;
+    held_weight[i] = 0.0f;
+  }
+#pragma unroll
+  for (int q = 0; q < n; ++q) {
+    const uint64_t k = key[q] < below ? key[q] : 0;
+    bool above[T];  // k > held[i]: true from some i on, the list being sorted
+#pragma unroll
+    for (int i = 0; i < T; ++i) above[i] = k > held[i];
+#pragma unroll
+    for (int i = T - 1; i > 0; --i) {  // from the end, so held[i - 1] is still the old one
+      held[i] = above[i - 1] ? held[i - 1] : above[i] ? k : held[i];
+      held_weight[i] = above[i - 1] ? held_weight[i - 1] : above[i] ? weight[q] : held_weight[i];
+    }
+    held[0] = above[0] ? k : held[0];
+    held_weight[0] = above[0] ? weight[q] : held_weight[0];
+  }
+}
+
+// weight[q] / total for a lane's n probabilities, bit for bit. CUDA's IEEE division is a reciprocal
+// approximation, one Newton step and a corrected quotient, with a branch to a slow path outside its
+// fast range; the first two depend on the divisor d alone. Where d <= 2^32 (a row sum of at most
+// E terms of at most 1: NaN is out of range) and every term is 0 or >= 2^-64, every quotient and
+// remainder is a normal number and the fast path is the division: the reciprocal once, three fused
+// multiply-adds a term, no branch. Elsewhere, and on HIP (no such branch), the division itself.
+template <int n>
+K3_DEVICE void lanes_divide(float (&weight)[n], float d) {
+#if K3_CUDA
+  bool in_range = d <= 0x1p32f;
+#pragma unroll
+  for (int q = 0; q < n; ++q) in_range &= weight[q] >= 0x1p-64f || weight[q] == 0.0f;
+  if (in_range) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+    r = fmaf(r, fmaf(-d, r, 1.0f), r);
+#pragma unroll
+    for (int q = 0; q < n; ++q) {
+      const float q0 = weight[q] * r;
+      weight[q] = fmaf(r, fmaf(-d, q0, weight[q]), q0);
+    }
+    return;
+  }
+#endif
+#pragma unroll
+  for (int q = 0; q < n; ++q) weight[q] = weight[q] / d;
+}
+
 // One token's top-K by a group of L lanes: lane s holds experts s, s + L, ... (each load of the group
 // reads L neighbours), scored and biased as route_warp does, then K rounds each take the group's
 // largest composite key (unique: the same picks in the same order as every strategy) and every lane
@@ -918,6 +976,7 @@ K3_DEVICE void route_lanes(const T_score* __restrict__ scores, const T_bias* __r
                 "a lane keeps at most 32 keys in registers, without groups (strategy: 2 or 3 serve the rest)");
   constexpr bool softmax_first = kScoring == kScoringSoftmax && !kScoringAfter;
   constexpr bool divide_late = softmax_first && kBiasAt == kBiasNone;
+  constexpr int T = K < kLanesHeld ? K : kLanesHeld;
   const int lane = int(threadIdx.x % L);
   const int base = int(threadIdx.x % K3_WARP_SIZE) - lane;  // the group's first lane in its warp
   float x[n], add[n];
@@ -943,11 +1002,9 @@ K3_DEVICE void route_lanes(const T_score* __restrict__ scores, const T_bias* __r
 #pragma unroll
     for (int q = 0; q < n; ++q) weight[q] = q * L + lane < E ? expf(x[q] - m) : 0.0f;
     total = lanes_softmax_sum<L, n, E>(weight);
+    if constexpr (!divide_late) lanes_divide<n>(weight, total);
 #pragma unroll
-    for (int q = 0; q < n; ++q) {
-      if constexpr (!divide_late) weight[q] = weight[q] / total;
-      value[q] = kBiasAt == kBiasScores ? weight[q] + add[q] : x[q];
-    }
+    for (int q = 0; q < n; ++q) value[q] = kBiasAt == kBiasScores ? weight[q] + add[q] : x[q];
   } else {
     route_score_all(x, weight);
 #pragma unroll
@@ -956,33 +1013,26 @@ K3_DEVICE void route_lanes(const T_score* __restrict__ scores, const T_bias* __r
   uint64_t key[n];
 #pragma unroll
   for (int q = 0; q < n; ++q) key[q] = q * L + lane < E ? warp_key(value[q], q * L + lane) : 0;
-  uint64_t best = 0;
-  float best_weight = 0.0f;
-#pragma unroll
-  for (int q = 0; q < n; ++q) {
-    if (key[q] > best) {
-      best = key[q];
-      best_weight = weight[q];
-    }
-  }
+  uint64_t held[T];  // the lane's largest keys not yet taken, largest first (0: none)
+  float held_weight[T];
+  lanes_largest<T, n>(key, weight, ~uint64_t(0), held, held_weight);
   float picked_weight[K];
   int picked_id[K];
 #pragma unroll
   for (int r = 0; r < K; ++r) {
-    const uint64_t top = group_max_key<L>(best);
+    const uint64_t top = group_max_key<L>(held[0]);
     const int e = int(top & 0x7fffu);
     picked_id[r] = e;
-    picked_weight[r] = k3::shfl(best_weight, base + e % L);
-    if (best == top) {  // the lane that held it (keys are unique): its next best
-      best = 0;
+    picked_weight[r] = k3::shfl(held_weight[0], base + e % L);
+    if (held[0] == top) {  // the lane that held it (keys are unique) moves its list up
 #pragma unroll
-      for (int q = 0; q < n; ++q) {
-        key[q] = key[q] == top ? 0 : key[q];
-        if (key[q] > best) {
-          best = key[q];
-          best_weight = weight[q];
-        }
+      for (int i = 0; i + 1 < T; ++i) {
+        held[i] = held[i + 1];
+        held_weight[i] = held_weight[i + 1];
       }
+      held[T - 1] = 0;
+      // Run out: its keys still in play are those below the one just taken.
+      if (r + 1 < K && held[0] == 0) lanes_largest<T, n>(key, weight, top, held, held_weight);
     }
   }
   if constexpr (divide_late) {

@@ -17,7 +17,7 @@ int route_ernie45__score_bf16__bias_fp32(const Args& a, k3_stream_t stream, char
   constexpr int buckets = 6;
   constexpr int tables = 2;
   static constexpr int8_t bucket_config[tables][buckets] = {
-      {3, 2, 2, 2, 0, 6},  // 0: h100, specs/tuning/route_ernie45.h100.yaml
+      {3, 2, 2, 2, 5, 4},  // 0: h100, specs/tuning/route_ernie45.h100.yaml
       {0, 0, 0, 0, 0, 0},  // 1: h200, untuned (stale in specs/tuning/route_ernie45.h200.yaml)
   };
   static constexpr bool tuned[tables] = {true, false};
