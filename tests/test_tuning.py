@@ -163,7 +163,7 @@ def test_a_table_that_measured_other_code_leaves_its_variants_untuned(tmp_path, 
     stale = "h200, untuned (stale in specs/tuning/route_topk.h200.yaml)"
     assert _unit_rows(_unit(root)) == [([0, 0, 0], stale, False)]
     doc = (root / "generated/docs/route_topk.md").read_text()
-    assert "`specs/tuning/route_topk.h200.yaml`; 3 of 3 variants untuned (stale) run the default config" in doc
+    assert "`specs/tuning/route_topk.h200.yaml`; 3 of 3 variants untuned (stale) run the spec's default config" in doc
     assert main(["--root", str(root), "check"]) == 0
     assert "3 of 3 variants untuned" in capsys.readouterr().err
 
@@ -545,6 +545,41 @@ def test_a_fallback_is_the_wrappers_alone_and_said_in_list_and_docs(tmp_path, ca
     out = capsys.readouterr().out.splitlines()
     assert "  tuning tables  " in out[0]
     assert all(" h200 (fallback h200) " in line for line in out[1:-1]), out[:3]
+
+
+def test_a_stale_table_takes_the_fallback_devices_current_picks(tmp_path, capsys):
+    """A variant with no current pick in its device's table runs the spec's fallback device's picks
+    where that table measured the current code, and the build, the unit and the doc say so: a kernel
+    change retuned on one GPU does not send the others to the default config."""
+    root = _project(tmp_path)
+    assert _build(root, capsys)[0] == 0
+    names = [v["name"] for v in _data(root)["variants"]]
+    _table(root, {n: _rows(128, 128, 256) for n in names}, device=H100)
+    stale = _table(root, {n: _rows(512, 512, 512) for n in names}, identity="0" * 64)
+    _with_fallback(root, "h100")
+    rc, err = _build(root, capsys)
+    assert rc == 0
+    assert (
+        f'note: specs/tuning/route_topk.h200.yaml:{_line(stale, "picks:")} (kernel "route_topk", picks): 3 of 3 '
+        "variants untuned (stale: the kernel code, knobs, shape or the variant changed since the table measured "
+        f"it: {', '.join(names)}); they run the h100 table's picks (the spec's fallback) until "
+        "`k3gen tune --family route_topk` runs on NVIDIA H200"
+    ) in err
+    picks = [_config(root, 128), _config(root, 128), _config(root, 256)]
+    served = (
+        "h200, untuned (stale in specs/tuning/route_topk.h200.yaml): "
+        "specs/tuning/route_topk.h100.yaml's picks (the spec's fallback)"
+    )
+    assert _unit_rows(_unit(root)) == [(picks, "h100, specs/tuning/route_topk.h100.yaml", True), (picks, served, True)]
+    doc = (root / "generated/docs/route_topk.md").read_text()
+    assert (
+        "`specs/tuning/route_topk.h200.yaml`; 3 of 3 variants untuned (stale) run the h100 table's picks "
+        "(the spec's fallback) until it is retuned"
+    ) in doc
+    # The fallback's own stale entries serve nowhere: both rows then run the default config.
+    _table(root, {n: _rows(128, 128, 256) for n in names}, identity="0" * 64, device=H100)
+    assert _build(root, capsys)[0] == 0
+    assert [tuned for _, _, tuned in _unit_rows(_unit(root))] == [False, False]
 
 
 def test_a_table_measured_on_another_device_than_its_name_is_a_located_error(tmp_path, capsys):

@@ -16,8 +16,9 @@ measured: the family's rendered kernel code (kernel header and backend primitive
 that hold the picks), its knobs, configs, buckets and test shape, and the variant itself (dtypes,
 params, flags, vector width). A variant with no entry, or whose identity is no longer the current
 one (the kernel, the knobs or their candidates, or the variant changed since), is *untuned* in that
-table: on that device it runs the spec's default config, and `k3gen build`, `k3gen check` and `k3gen
-diff` say so, one located line per table. What stays a located error is a table that is not a
+table: on that device it runs the picks of the spec's `tuning.fallback` device where that table has a
+current one, else the spec's default config, and `k3gen build`, `k3gen check` and `k3gen diff` say
+so, one located line per table. What stays a located error is a table that is not a
 table: malformed, a pick that is none of the configs its row timed (a hand edit, in a stale entry
 too), a variant the family does not generate, a file name that is not FAMILY.DEVICE.yaml, a table of
 no family; and a `tuning.fallback` that names no table of the family.
@@ -85,9 +86,31 @@ class Tuning:
     def devices(self) -> list[str]:
         return [t.device for t in self.tables]
 
+    def serving(self, table: Table, variant: str) -> Table | None:
+        """The table whose picks a variant runs on `table`'s GPU: its own where it has a current pick,
+        else the spec's fallback device's where that one has (the declared nearest device measured
+        this code: a better guess than the default), else None, the default config."""
+        if table.tuned(variant):
+            return table
+        fallback = next((t for t in self.tables if t.device == self.fallback), None)
+        return fallback if fallback is not None and fallback.tuned(variant) else None
+
     def bucket_configs(self, table: Table, variant: str) -> list[int]:
-        """The config of each bucket for one variant in one table: its picks, else the default."""
-        return table.picks.get(variant, [0] * len(self.buckets))
+        """The config of each bucket for one variant on one table's GPU (serving): picks, else the default."""
+        source = self.serving(table, variant)
+        return source.picks[variant] if source is not None else [0] * len(self.buckets)
+
+    def untuned_runs(self, table: Table, variants: list[str]) -> str:
+        """What variants untuned in `table` run on its GPU, in words: the fallback's picks, the default
+        config, or each for some."""
+        default = f"the spec's default config ({self.label(0)})"
+        served = sum(self.serving(table, v) is not None for v in variants)
+        if not served:
+            return default
+        picks = f"the {self.fallback} table's picks (the spec's fallback)"
+        if served == len(variants):
+            return picks
+        return f"{picks} where it has them ({served} of {len(variants)}), else {default}"
 
     def label(self, index: int) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.configs[index].items())
@@ -157,7 +180,7 @@ class Tuning:
                     family,
                     "picks",
                     f"{n} of {total} variant{'s' * (total != 1)} untuned ({'; '.join(parts)}); "
-                    f"{'they run' if n != 1 else 'it runs'} the spec's default config ({default}) until "
+                    f"{'they run' if n != 1 else 'it runs'} {self.untuned_runs(t, list(t.untuned))} until "
                     f"`{self.command(family)}` runs on {t.device_name or t.device}",
                 )
             )

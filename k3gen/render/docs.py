@@ -329,18 +329,20 @@ def tables_table(p: FamilyPlan) -> Table | None:
     t = p.tuning
     if t is None:
         return None
-    rows = [[f"`{tb.device}`", _own_picks(tb, len(p.variants))] for tb in t.tables]
+    rows = [[f"`{tb.device}`", _own_picks(t, tb, len(p.variants))] for tb in t.tables]
     rows.append(["another GPU" if t.tables else "every GPU", t.other_gpus()])
     return _table(["GPU (short name)", "picks"], rows)
 
 
-def _own_picks(tb, total: int) -> str:
-    """A device's own table, and how many variants run the default there (settled: no pick, or stale)."""
+def _own_picks(t, tb, total: int) -> str:
+    """A device's own table, and how many variants it has no current pick for (settled: no pick, or
+    stale) and what they run there."""
     own = f"its own: `{tb.file}`"
     if not tb.untuned:
         return own
     why = ", ".join(sorted(set(tb.untuned.values())))
-    return f"{own}; {len(tb.untuned)} of {total} variants untuned ({why}) run the default config until it is retuned"
+    runs = t.untuned_runs(tb, list(tb.untuned))
+    return f"{own}; {len(tb.untuned)} of {total} variants untuned ({why}) run {runs} until it is retuned"
 
 
 def family_doc(p: FamilyPlan) -> dict:

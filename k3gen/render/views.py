@@ -173,6 +173,10 @@ def unit_view(p: FamilyPlan, v: Variant, backend: str, tuned) -> UnitView:
                     tb.device, tb.file, _spelled(t.bucket_configs(tb, v.name)), True, c_string(f"{tb.file}; {ran}")
                 )
             )
+        elif (source := t.serving(tb, v.name)) is not None:  # the spec's fallback device's picks
+            why = f"untuned ({tb.untuned[v.name]} in {tb.file}): {source.file}'s picks (the spec's fallback)"
+            configs = _spelled(t.bucket_configs(tb, v.name))
+            rows.append(TableRow(tb.device, why, configs, True, c_string(f"{v.name} is {why}; {ran}")))
         else:
             why = f"untuned ({tb.untuned[v.name]} in {tb.file})"
             note = c_string(f"{v.name} is {why}; {ran}")

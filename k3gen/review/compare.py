@@ -192,23 +192,27 @@ def _table(t) -> dict[str, str]:
         return {}
     out = {tb.device: tb.file for tb in t.tables}
     if t.fallback:
-        out["fallback"] = f"{t.fallback} (serves a GPU with no table of its own)"
+        out["fallback"] = f"{t.fallback} (serves a GPU with no table of its own, and a variant its own has no pick for)"
     return out
 
 
 def _untuned(t) -> dict[str, str]:
-    """Each variant that runs the spec's default config for want of a current pick, and why: per table
-    (`variant on device`), or per variant where the family has no table at all."""
+    """Each variant without a current pick, what it runs instead (the fallback device's picks, or the
+    spec's default config) and why: per table (`variant on device`), or per variant where the family has
+    no table at all."""
     if t is None:
         return {}
     out = {v: f"untuned (default config): {why}" for v, why in t.untuned.items()}
     for tb in t.tables:
-        out |= {f"{v} on {tb.device}": f"untuned (default config): {why} in {tb.file}" for v, why in tb.untuned.items()}
+        for v, why in tb.untuned.items():
+            runs = "default config" if t.serving(tb, v) is None else f"the {t.fallback} table's picks"
+            out[f"{v} on {tb.device}"] = f"untuned ({runs}): {why} in {tb.file}"
     return out
 
 
 def _picks(p: FamilyPlan, t) -> dict[str, str]:
-    """The config each device's tuning table picks per tuned variant and bucket (nothing without a table)."""
+    """The config each device runs per variant and bucket where a table picks it, its own or the spec's
+    fallback's (nothing without a table)."""
     if t is None:
         return {}
     out = {}
@@ -216,7 +220,7 @@ def _picks(p: FamilyPlan, t) -> dict[str, str]:
         low = 0
         for i, high in enumerate(t.buckets):
             for v in p.variants:
-                if not tb.tuned(v.name):
+                if t.serving(tb, v.name) is None:
                     continue
                 config = t.bucket_configs(tb, v.name)[i]
                 out[f"{v.name} on {tb.device}, {low} < M <= {high}"] = t.label(config) + (

@@ -527,8 +527,9 @@ class Tuning(SpecModel):
 
     A knob is a constant of the spec whose candidates are template arguments like the dtypes: every
     candidate config is compiled into each variant's unit, and each device's checked-in table chooses
-    one per bucket. The GPU a call runs on takes its own table, else the `fallback` device's; the
-    constant's own value is the default config, run where no table applies."""
+    one per bucket. The GPU a call runs on takes its own table, else the `fallback` device's (per
+    variant too: one its own table has no current pick for); the constant's own value is the default
+    config, run where no table applies."""
 
     knobs: dict[Ident, list[Annotated[StrictInt, _checked(_positive)]]] = Field(
         description="constant -> its candidate values (the constant's value among them: the default)"
@@ -539,7 +540,8 @@ class Tuning(SpecModel):
     fallback: Annotated[str, _checked(_device_problem)] | None = Field(
         None,
         description="the device whose table serves a GPU with no table of its own (a declared nearest device, "
-        "e.g. h100 for an H800); without it such a GPU runs the default config",
+        "e.g. h100 for an H800), and a variant whose own table has no current pick (stale: retune it); "
+        "without it such a GPU or variant runs the default config",
     )
 
     @field_validator("knobs")

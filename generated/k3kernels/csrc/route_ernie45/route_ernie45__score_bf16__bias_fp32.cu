@@ -18,13 +18,13 @@ int route_ernie45__score_bf16__bias_fp32(const Args& a, k3_stream_t stream, char
   constexpr int tables = 2;
   static constexpr int8_t bucket_config[tables][buckets] = {
       {3, 2, 2, 2, 5, 4},  // 0: h100, specs/tuning/route_ernie45.h100.yaml
-      {0, 0, 0, 0, 0, 0},  // 1: h200, untuned (stale in specs/tuning/route_ernie45.h200.yaml)
+      {3, 2, 2, 2, 5, 4},  // 1: h200, untuned (stale in specs/tuning/route_ernie45.h200.yaml): specs/tuning/route_ernie45.h100.yaml's picks (the spec's fallback)
   };
-  static constexpr bool tuned[tables] = {true, false};
+  static constexpr bool tuned[tables] = {true, true};
   // A row's note: printed on a miss (tuned) or on the first call (untuned); the last: no row.
   static constexpr const char* notes[tables + 1] = {
       "specs/tuning/route_ernie45.h100.yaml; ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_ernie45`",
-      "route_ernie45__score_bf16__bias_fp32 is untuned (stale in specs/tuning/route_ernie45.h200.yaml); ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_ernie45`",
+      "route_ernie45__score_bf16__bias_fp32 is untuned (stale in specs/tuning/route_ernie45.h200.yaml): specs/tuning/route_ernie45.h100.yaml's picks (the spec's fallback); ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_ernie45`",
       "route_ernie45__score_bf16__bias_fp32 is untuned on this GPU (tables: h100, h200; none serves it); ran the spec's default config (strategy=2, block_threads=128); tune with `k3gen tune --family route_ernie45`",
   };
   static std::atomic<bool> said[tables + 1];
