@@ -449,7 +449,9 @@ def test_a_table_per_device_each_compiled_as_its_own_row(tmp_path, capsys):
         'TUNING_TABLES = {"h100": "specs/tuning/route_topk.h100.yaml", "h200": "specs/tuning/route_topk.h200.yaml"}'
         in wrapper
     )
-    assert "TABLES = rt.DeviceTables(FAMILY, TUNING_TABLES, fallback=None)" in wrapper
+    untuned = "1 of 3 variants untuned there run the spec's default config (block_threads=256)"
+    assert f'UNTUNED_TABLES = {{"h100": "{untuned}"}}' in wrapper  # its first call on an H100 warns
+    assert "TABLES = rt.DeviceTables(FAMILY, TUNING_TABLES, fallback=None, untuned=UNTUNED_TABLES)" in wrapper
     assert "        k3_device_table=TABLES.row(device),\n" in wrapper
     abi = (root / "generated/k3kernels/csrc/route_topk/route_topk_abi.h").read_text()
     assert "  int32_t k3_device_table;\n};" in abi  # the ctypes struct's last field too
@@ -576,6 +578,11 @@ def test_a_stale_table_takes_the_fallback_devices_current_picks(tmp_path, capsys
         "`specs/tuning/route_topk.h200.yaml`; 3 of 3 variants untuned (stale) run the h100 table's picks "
         "(the spec's fallback) until it is retuned"
     ) in doc
+    wrapper = (root / "generated/k3kernels/route_topk.py").read_text()
+    assert (
+        'UNTUNED_TABLES = {"h200": "3 of 3 variants untuned there run the h100 table\'s picks (the spec\'s fallback)"}'
+    ) in wrapper
+    assert 'fallback="h100", untuned=UNTUNED_TABLES)' in wrapper
     # The fallback's own stale entries serve nowhere: both rows then run the default config.
     _table(root, {n: _rows(128, 128, 256) for n in names}, identity="0" * 64, device=H100)
     assert _build(root, capsys)[0] == 0
@@ -676,6 +683,23 @@ def test_device_tables_serve_another_gpu_from_the_fallback(gpus, caplog):
         "k3gen: f on NVIDIA H800: no h800 table; the h100 table (the spec's fallback), specs/tuning/f.h100.yaml"
     ]
     assert caplog.records[0].levelno == logging.WARNING
+
+
+def test_device_tables_warn_where_the_gpus_own_table_leaves_variants_untuned(gpus, caplog):
+    import torch
+
+    from k3gen.runtime.tables import DeviceTables
+
+    names, _ = gpus
+    names[0] = "NVIDIA H200"
+    files = {"h100": "specs/tuning/f.h100.yaml", "h200": "specs/tuning/f.h200.yaml"}
+    untuned = {"h200": "2 of 2 variants untuned there run the h100 table's picks (the spec's fallback)"}
+    with caplog.at_level(logging.INFO, logger="k3gen"):
+        tables = DeviceTables("f", files, fallback="h100", untuned=untuned)
+        assert tables.row(torch.device("cuda", 0)) == list(files).index("h200")  # its own row holds those picks
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, f"k3gen: f on NVIDIA H200: specs/tuning/f.h200.yaml; {untuned['h200']}")
+    ]
 
 
 def test_the_generated_wrapper_holds_the_plans_tables(gpus):

@@ -84,7 +84,9 @@ MODULE = rt.FamilyModule(
 # row of its GPU's table (k3gen.runtime.tables), else the fallback's (the spec's `tuning.fallback`), else
 # none, and the spec's default config runs.
 TUNING_TABLES = {"h100": "specs/tuning/route_ernie45.h100.yaml", "h200": "specs/tuning/route_ernie45.h200.yaml"}
-TABLES = rt.DeviceTables(FAMILY, TUNING_TABLES, fallback="h100")
+# The tables above with variants they have no current pick for, and what those run there.
+UNTUNED_TABLES = {"h200": "2 of 2 variants untuned there run the h100 table's picks (the spec's fallback)"}
+TABLES = rt.DeviceTables(FAMILY, TUNING_TABLES, fallback="h100", untuned=UNTUNED_TABLES)
 # The calls (k3gen.runtime.fastpath): checked ones launched, and cached by signature when the gates
 # read pointers only modulo an alignment.
 _FAST = rt.FastPath(MODULE, POINTERS, OUTPUT_SLOTS, align=1)

@@ -145,7 +145,9 @@ def render_family(env: jinja2.Environment, p: FamilyPlan, backend_header: str) -
     host["data"] = host_module_data(p, host["pointers"], host["outputs"])
     host["code"] = host_code(p, host)
     host["fast_call"] = tuple(pyformat.Name(n) for n in host["fast_args"])
-    out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, fam=fam, **host)
+    # The wrapper's first-call line says where the GPU's own table leaves variants untuned (settled).
+    host_fam = fam if tuned is None else family_view(replace(p, tuning=tuned))
+    out[f"k3kernels/{p.name}.py"] = _render(env, "common/host.py.j2", p, fam=host_fam, **host)
     out[f"tests/test_{p.name}.py"] = _render(env, "common/test.py.j2", p, fam=fam, data=test_module_data(p))
     if p.runners:  # this family is the front of the runner table
         rows = [

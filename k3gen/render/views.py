@@ -56,6 +56,7 @@ class FamilyView:
     buckets: list = field(default_factory=list)  # tuning buckets of M (docs)
     tables: dict = field(default_factory=dict)  # device -> its tuning table's file, in row order
     fallback: str = ""  # the device whose table serves a GPU with none of its own ("" : the default config)
+    untuned_tables: dict = field(default_factory=dict)  # device -> what its table's untuned variants run there
     # The values its `strategy` constant and knob may take: a routing header carries the code of a
     # strategy that only some families select (the lanes strategies) for those alone.
     strategies: tuple = ()
@@ -92,8 +93,23 @@ def family_view(p: FamilyPlan) -> FamilyView:
         buckets=list(p.tuning.buckets) if p.tuning else [],
         tables={tb.device: tb.file for tb in p.tuning.tables} if p.tuning else {},
         fallback=(p.tuning.fallback or "") if p.tuning else "",
+        untuned_tables=_untuned_tables(p),
         strategies=_strategies(s),
     )
+
+
+def _untuned_tables(p: FamilyPlan) -> dict[str, str]:
+    """device -> what the variants its own table has no current pick for run there, in words (the
+    wrapper's first-call line says it): only the tables with any."""
+    t = p.tuning
+    if t is None:
+        return {}
+    total = len(p.variants)
+    return {
+        tb.device: f"{len(tb.untuned)} of {total} variants untuned there run {t.untuned_runs(tb, list(tb.untuned))}"
+        for tb in t.tables
+        if tb.untuned
+    }
 
 
 def _strategies(s) -> tuple:

@@ -6,7 +6,7 @@ table named by the GPU's short name (k3gen.runtime.devices.device_slug of torch.
 the name `k3gen tune` gives the file), else the table the spec declares as `tuning.fallback`, else
 none (-1: the spec's default config). Asking the driver for a name is slow, so each device is asked
 once; its first call logs one line saying which table serves it (a warning where it is not the GPU's
-own: a fallback's picks, or the default config).
+own, a fallback's picks or the default config, or where its own leaves variants untuned).
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ NO_ROW = -1  # no table serves the device: the variant units run the spec's defa
 class DeviceTables:
     """One family's tables, device -> file in row order, and the device that serves the others."""
 
-    def __init__(self, family: str, tables: dict[str, str], fallback: str | None = None):
+    def __init__(
+        self, family: str, tables: dict[str, str], fallback: str | None = None, untuned: dict[str, str] | None = None
+    ):
         self.family, self.tables, self.fallback = family, dict(tables), fallback
+        self.untuned = dict(untuned or {})  # device -> what the variants its table has no pick for run there
         self.devices = list(self.tables)
         self._rows: dict[object, int] = {}  # a call's device (a torch.device with its index) -> row
         self._by_gpu: dict[tuple[str, int], int] = {}  # (type, index) -> row, asked and logged once
@@ -56,6 +59,8 @@ class DeviceTables:
         own = device_slug(name)
         head = f"{self.family} on {name}"
         if own in self.tables:
+            if own in self.untuned:  # its own table, stale or short for some variants: said as a warning
+                return self.devices.index(own), f"{head}: {self.tables[own]}; {self.untuned[own]}", False
             return self.devices.index(own), f"{head}: {self.tables[own]}", True
         if self.fallback in self.tables:
             used = self.tables[self.fallback]
