@@ -906,8 +906,8 @@ K3_DEVICE float lanes_softmax_sum(const float (&ex)[n]) {
 
 // The T largest of a lane's keys below `below`, largest first, with their weights (0: fewer than T).
 // A lane holds its list through the K rounds and looks again only when a round takes the last one:
-// with 16 of 64 experts a lane, a token's 6 picks take a 4th from one lane in about 3% of tokens,
-// where a rescan each time one is taken (K rounds, E / L keys each) was most of the work.
+// with ERNIE's 64 experts and 6 picks, a 4th pick from one lane comes in about 12% of tokens at 4
+// lanes a token and 1% at 8, where a rescan at every pick costs K passes over E / L keys.
 constexpr int kLanesHeld = 3;
 
 template <int T, int n>
@@ -934,7 +934,7 @@ K3_DEVICE void lanes_largest(const uint64_t (&key)[n], const float (&weight)[n],
   }
 }
 
-// weight[q] / total for a lane's n probabilities, bit for bit. CUDA's IEEE division is a reciprocal
+// weight[q] / d for a lane's n probabilities and their row sum d, bit for bit. CUDA's IEEE division is a reciprocal
 // approximation, one Newton step and a corrected quotient, with a branch to a slow path outside its
 // fast range; the first two depend on the divisor d alone. Where d <= 2^32 (a row sum of at most
 // E terms of at most 1: NaN is out of range) and every term is 0 or >= 2^-64, every quotient and
