@@ -129,16 +129,26 @@ def cmd_check(root: Path, args) -> int:
 LIST_HEADER = ("identity", "backend", "params", "tuning tables", "unit key", "library key")
 
 
-def _tables_text(p) -> str:
-    """The devices a family has tuning tables for, and the fallback (`-`: the spec declares no knobs)."""
-    if p.tuning is None:
+def _tables_text(t, variant: str) -> str:
+    """The devices a family has tuning tables for, each marked where the variant has no current pick
+    there (what runs instead: the fallback's picks or the default), and the fallback (`-`: the spec
+    declares no knobs). `t`: the family's settled tuning."""
+    if t is None:
         return "-"
-    text = ",".join(p.tuning.devices) or "none"
-    return text + (f" (fallback {p.tuning.fallback})" if p.tuning.fallback else "")
+
+    def device(tb) -> str:
+        if tb.tuned(variant):
+            return tb.device
+        return f"{tb.device}:{'default' if t.serving(tb, variant) is None else t.fallback + ' picks'}"
+
+    text = ",".join(device(tb) for tb in t.tables) or "none"
+    return text + (f" (fallback {t.fallback})" if t.fallback else "")
 
 
 def cmd_list(root: Path, args) -> int:
-    plans, _, libs = _render(root)
+    from k3gen.render.keys import settled_from
+
+    plans, files, libs = _render(root)
     wanted = _families(args.family)
     UnknownFamilyError.check(wanted, [p.name for p in plans])
     by_arch = {(lib.family, lib.arch): lib for lib in libs}
@@ -146,10 +156,12 @@ def cmd_list(root: Path, args) -> int:
     for p in plans:
         if wanted and p.name not in wanted:
             continue
+        tuning = settled_from(p, files)
         for sp in p.specializations:
             lib = by_arch[(p.name, sp.arch)]
             unit = next(u for u in lib.units if u.identity == sp.identity)
-            rows.append((sp.identity, sp.backend, sp.variant.label, _tables_text(p), unit.key[:16], lib.key[:16]))
+            tables = _tables_text(tuning, sp.variant.name)
+            rows.append((sp.identity, sp.backend, sp.variant.label, tables, unit.key[:16], lib.key[:16]))
     widths = [max(len(r[i]) for r in [*rows, LIST_HEADER]) for i in range(len(LIST_HEADER))]
     for r in [LIST_HEADER, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

@@ -583,10 +583,15 @@ def test_a_stale_table_takes_the_fallback_devices_current_picks(tmp_path, capsys
         'UNTUNED_TABLES = {"h200": "3 of 3 variants untuned there run the h100 table\'s picks (the spec\'s fallback)"}'
     ) in wrapper
     assert 'fallback="h100", untuned=UNTUNED_TABLES)' in wrapper
+    assert main(["--root", str(root), "list"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:-1]
+    assert rows and all(" h100,h200:h100 picks (fallback h100) " in row for row in rows), rows[:2]
     # The fallback's own stale entries serve nowhere: both rows then run the default config.
     _table(root, {n: _rows(128, 128, 256) for n in names}, identity="0" * 64, device=H100)
     assert _build(root, capsys)[0] == 0
     assert [tuned for _, _, tuned in _unit_rows(_unit(root))] == [False, False]
+    assert main(["--root", str(root), "list"]) == 0
+    assert " h100:default,h200:default (fallback h100) " in capsys.readouterr().out.splitlines()[1]
 
 
 def test_a_table_measured_on_another_device_than_its_name_is_a_located_error(tmp_path, capsys):
